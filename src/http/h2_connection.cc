@@ -187,6 +187,11 @@ struct H2Callbacks {
       static_cast<H2Connection*>(user_data)->want_write();
       return 0;
     }
+    if (s->discard_input_) {
+      s->unconsumed_ += len;
+      static_cast<H2Connection*>(user_data)->consume(*s, len);
+      return 0;
+    }
     s->in_buf_.append(reinterpret_cast<const char*>(data), len);
     s->unconsumed_ += len;
     s->in_signal_.notify();
@@ -348,6 +353,12 @@ asio::awaitable<Status> H2Stream::drain() {
     CO_RETURN_IF_ERROR(co_await out_signal_.wait());
   }
   co_return ok_status();
+}
+
+void H2Stream::discard_input() {
+  discard_input_ = true;
+  in_buf_.clear();
+  if (unconsumed_ > 0) conn_->consume(*this, unconsumed_);
 }
 
 void H2Stream::reset(uint32_t error_code) {
@@ -612,6 +623,8 @@ void H2Connection::spawn_handler(std::shared_ptr<H2Stream> s) {
         // A handler that returned without ending its response leaves the client waiting:
         // reset the stream so the peer learns at once.
         if (!s->closed_ && !s->out_end_) s->reset(NGHTTP2_INTERNAL_ERROR);
+        // Nobody reads this stream any more; do not let its DATA pin flow-control windows.
+        if (!s->closed_) s->discard_input();
       },
       asio::bind_cancellation_slot(slot, [s](std::exception_ptr e) {
         if (!e) return;

@@ -93,6 +93,10 @@ class H2Stream {
   // Waits until all queued data was handed to the connection. Errors as write().
   asio::awaitable<Status> drain();
 
+  // From now on received DATA is dropped and credited back at once: for a handler that has
+  // answered while the peer is still sending.
+  void discard_input();
+
   // RST_STREAM with |error_code| (NGHTTP2_CANCEL by default). Pending reads/writes fail.
   void reset(uint32_t error_code = NGHTTP2_CANCEL);
 
@@ -125,6 +129,7 @@ class H2Stream {
 
   std::string in_buf_;
   bool in_end_ = false;
+  bool discard_input_ = false;
   size_t unconsumed_ = 0;  // bytes received but not yet credited back to the peer
 
   std::string out_buf_;

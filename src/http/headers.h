@@ -11,6 +11,8 @@ namespace cb::http {
 struct Header {
   std::string name;
   std::string value;
+
+  bool operator==(const Header&) const = default;
 };
 using Headers = std::vector<Header>;
 

@@ -903,13 +903,6 @@ Status Http1Engine::finish() {
 
 }  // namespace internal
 
-const std::string* find_header(const Headers& headers, std::string_view name) {
-  for (const Header& h : headers) {
-    if (iequals(h.name, name)) return &h.value;
-  }
-  return nullptr;
-}
-
 // Http1RequestParser
 
 Http1RequestParser::Http1RequestParser(Http1RequestVisitor& visitor, Http1ParserOptions options)

@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "base/status.h"
+#include "http/headers.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -25,19 +26,9 @@
 
 namespace cb::http {
 
-// One header or trailer field. Parsers deliver |name| lower-cased and |value| without leading
-// or trailing whitespace (SP, HTAB); serializers write both as given.
-struct Header {
-  std::string name;
-  std::string value;
-
-  bool operator==(const Header&) const = default;
-};
-using Headers = std::vector<Header>;
-
-// Returns the value of the first field in |headers| whose name equals |name| ignoring ASCII
-// case, or nullptr. The pointer is owned by |headers| and valid while it is not modified.
-const std::string* find_header(const Headers& headers, std::string_view name);
+// Header, Headers and find_header come from http/headers.h (shared with HTTP/2). Parsers
+// deliver names lower-cased and values without leading or trailing SP/HTAB; serializers write
+// both as given.
 
 // The start line and header section of a request as HTTP/1.1 carries it. (Prefixed Http1:
 // a server maps it to its protocol-neutral request type, which HTTP/2 fills too.)
