@@ -234,6 +234,9 @@ asio::awaitable<Result<std::shared_ptr<http::H2Connection>>> Channel::connection
   if (!conn.ok()) {
     last_error_ = unavailable(conn.status().message());
     connected_.notify();
+    // The caller's deadline ran out while connecting: that is the call's status.
+    if (std::chrono::steady_clock::now() >= deadline)
+      co_return deadline_exceeded("deadline exceeded while connecting");
     co_return last_error_;
   }
   conn_ = *conn;

@@ -619,6 +619,9 @@ void H2Connection::spawn_handler(std::shared_ptr<H2Stream> s) {
   asio::co_spawn(
       executor_,
       [handler, s]() -> asio::awaitable<void> {
+        // Cancellation reaches the handler as kCancelled results from the stream and signals,
+        // not as an exception from the next co_await (Asio's default): house style H8.
+        co_await asio::this_coro::throw_if_cancelled(false);
         co_await handler(s);
         // A handler that returned without ending its response leaves the client waiting:
         // reset the stream so the peer learns at once.

@@ -160,7 +160,8 @@ class Generator final : public google::protobuf::compiler::CodeGenerator {
     p.Print(
         "class Stub {\n public:\n"
         "  explicit Stub(std::shared_ptr<::cb::grpc::Channel> channel) : "
-        "channel_(std::move(channel)) {}\n\n");
+        "channel_(std::move(channel)) {}\n"
+        "  ::cb::grpc::Channel& channel() { return *channel_; }\n\n");
     p.Indent();
     for (int m = 0; m < s->method_count(); ++m) {
       const MethodDescriptor* md = s->method(m);
