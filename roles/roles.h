@@ -1,0 +1,23 @@
+#pragma once
+// The table of roles built into the cocoonbox binary. The dispatcher (main.cc) is the only
+// file that includes every role's header; a role never includes another role (house style H2).
+//
+// Each entry: the name used as "cocoonbox <name>" or a "cocoonbox-<name>" link, the role's
+// run function (args[0] is the role name; returns the exit status), and a one-line summary
+// for --help. A role is listed here only once it is real.
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace cb {
+
+struct Role {
+  std::string_view name;
+  int (*run)(std::span<char* const> args);
+  std::string_view summary;
+};
+
+inline const std::vector<Role> kRoles = {};
+
+}  // namespace cb
