@@ -4,6 +4,9 @@
 //
 // kRoles lists the roles this binary really has; --help prints exactly that list.
 
+#include "base/log.h"
+#include "roles/roles.h"
+
 #include <fmt/format.h>
 #include <sodium.h>
 
@@ -11,9 +14,6 @@
 #include <cstdio>
 #include <span>
 #include <string_view>
-
-#include "base/log.h"
-#include "roles/roles.h"
 
 namespace cb {
 namespace {
@@ -64,8 +64,8 @@ int dispatch(int argc, char** argv) {
     std::string_view name = self.substr(kPrefix.size());
     const Role* role = find_role(name);
     if (role == nullptr) {
-      fmt::print(stderr, "cocoonbox: no role {:?} (invoked as {}); see 'cocoonbox --help'\n",
-                 name, self);
+      fmt::print(stderr, "cocoonbox: no role {:?} (invoked as {}); see 'cocoonbox --help'\n", name,
+                 self);
       return 2;
     }
     if (int rc = setup(); rc != 0) return rc;

@@ -65,8 +65,6 @@ Result<std::string> decode(std::string_view in, const char* alphabet, const char
 std::string base64_encode(std::string_view b) { return encode(b, kStd, true); }
 std::string base64url_encode(std::string_view b) { return encode(b, kUrl, false); }
 Result<std::string> base64_decode(std::string_view t) { return decode(t, kStd, "base64"); }
-Result<std::string> base64url_decode(std::string_view t) {
-  return decode(t, kUrl, "base64url");
-}
+Result<std::string> base64url_decode(std::string_view t) { return decode(t, kUrl, "base64url"); }
 
 }  // namespace cb

@@ -3,10 +3,10 @@
 // padding for standard base64 (gRPC -bin metadata and most peers expect it). Decoders accept
 // input with or without padding and reject any other character with kInvalidArgument.
 
+#include "base/result.h"
+
 #include <string>
 #include <string_view>
-
-#include "base/result.h"
 
 namespace cb {
 

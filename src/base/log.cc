@@ -1,13 +1,13 @@
 #include "base/log.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <unistd.h>
 
 namespace cb::log {
 
@@ -18,10 +18,14 @@ Sink g_sink;  // guarded by g_sink_mu
 
 constexpr std::string_view level_name(Level l) {
   switch (l) {
-    case Level::kDebug: return "debug";
-    case Level::kInfo: return "info";
-    case Level::kWarn: return "warn";
-    case Level::kError: return "error";
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarn:
+      return "warn";
+    case Level::kError:
+      return "error";
   }
   return "info";
 }
@@ -32,10 +36,17 @@ size_t utf8_len(std::string_view s, size_t i) {
   size_t n;
   uint32_t cp;
   if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
-  else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
-  else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
-  else return 0;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else
+    return 0;
   if (i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     auto cc = static_cast<unsigned char>(s[i + k]);
@@ -56,10 +67,14 @@ void init_from_env() {
   const char* v = std::getenv("COCOONBOX_LOG_LEVEL");
   if (v == nullptr) return;
   std::string_view s(v);
-  if (s == "debug") set_min_level(Level::kDebug);
-  else if (s == "info") set_min_level(Level::kInfo);
-  else if (s == "warn") set_min_level(Level::kWarn);
-  else if (s == "error") set_min_level(Level::kError);
+  if (s == "debug")
+    set_min_level(Level::kDebug);
+  else if (s == "info")
+    set_min_level(Level::kInfo);
+  else if (s == "warn")
+    set_min_level(Level::kWarn);
+  else if (s == "error")
+    set_min_level(Level::kError);
 }
 
 void set_sink(Sink sink) {
@@ -72,12 +87,28 @@ void append_json_string(std::string& out, std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       out += fmt::format("\\u{:04x}", c);
@@ -105,9 +136,10 @@ std::string format_line(Level level, std::string_view msg, Fields fields) {
   gmtime_r(&secs, &tm);
   std::string out;
   out.reserve(128);
-  out += fmt::format("{{\"ts\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"level\":\"{}\",\"msg\":",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ms, level_name(level));
+  out += fmt::format(
+      "{{\"ts\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"level\":\"{}\",\"msg\":",
+      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms,
+      level_name(level));
   append_json_string(out, msg);
   for (const auto& f : fields) {
     out.push_back(',');

@@ -46,7 +46,7 @@ void init_from_env();
 
 // Where lines go: by default stderr. The sink receives one complete line including '\n'.
 using Sink = std::function<void(std::string_view line)>;
-void set_sink(Sink sink);   // empty restores stderr
+void set_sink(Sink sink);  // empty restores stderr
 
 // Formats one line without writing it (used by tests and by the sink-less path).
 std::string format_line(Level level, std::string_view msg, Fields fields);

@@ -8,28 +8,27 @@
 // Constructing a Result from an ok Status is a bug and aborts (CB_CHECK), because it would
 // hold neither a value nor an error. Thread-safety: a value type.
 
-#include <utility>
-#include <variant>
-
 #include "base/check.h"
 #include "base/status.h"
+
+#include <utility>
+#include <variant>
 
 namespace cb {
 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(const T& value) : v_(value) {}                   // NOLINT: implicit by design
-  Result(T&& value) : v_(std::move(value)) {}             // NOLINT
+  Result(const T& value) : v_(value) {}        // NOLINT: implicit by design
+  Result(T&& value) : v_(std::move(value)) {}  // NOLINT
   Result(const Status& status) : v_(status) { CB_CHECK(!status.ok()); }  // NOLINT
-  Result(Status&& status) : v_(std::move(status)) {       // NOLINT
+  Result(Status&& status) : v_(std::move(status)) {                      // NOLINT
     CB_CHECK(!std::get<Status>(v_).ok());
   }
   template <typename U,
-            typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, Result<T>> &&
-                                        !std::is_same_v<std::decay_t<U>, T>>>
+            typename = std::enable_if_t<
+                std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, Status> &&
+                !std::is_same_v<std::decay_t<U>, Result<T>> && !std::is_same_v<std::decay_t<U>, T>>>
   Result(U&& value) : v_(std::in_place_index<0>, std::forward<U>(value)) {}  // NOLINT
 
   Result(const Result&) = default;
@@ -81,16 +80,16 @@ Status to_status(const Result<T>& r) {
 #define CB_CONCAT_(a, b) CB_CONCAT_INNER_(a, b)
 
 // Evaluates |expr| (a Status or Result) and returns its Status from the caller when not ok.
-#define RETURN_IF_ERROR(expr)                                               \
-  do {                                                                      \
-    ::cb::Status cb_status_ = ::cb::internal::to_status((expr));            \
-    if (!cb_status_.ok()) return cb_status_;                                \
+#define RETURN_IF_ERROR(expr)                                    \
+  do {                                                           \
+    ::cb::Status cb_status_ = ::cb::internal::to_status((expr)); \
+    if (!cb_status_.ok()) return cb_status_;                     \
   } while (0)
 
-#define CO_RETURN_IF_ERROR(expr)                                            \
-  do {                                                                      \
-    ::cb::Status cb_status_ = ::cb::internal::to_status((expr));            \
-    if (!cb_status_.ok()) co_return cb_status_;                             \
+#define CO_RETURN_IF_ERROR(expr)                                 \
+  do {                                                           \
+    ::cb::Status cb_status_ = ::cb::internal::to_status((expr)); \
+    if (!cb_status_.ok()) co_return cb_status_;                  \
   } while (0)
 
 #define CB_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ret) \
@@ -101,6 +100,6 @@ Status to_status(const Result<T>& r) {
 // Evaluates |expr| (a Result<T>); on error returns its Status, else assigns the value to |lhs|
 // (which may be a declaration: ASSIGN_OR_RETURN(auto x, f());).
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  CB_ASSIGN_OR_RETURN_IMPL_(CB_CONCAT_(cb_result_, __LINE__), lhs, expr, return)
+  CB_ASSIGN_OR_RETURN_IMPL_(CB_CONCAT_(cb_result_, __LINE__), lhs, expr, return )
 #define CO_ASSIGN_OR_RETURN(lhs, expr) \
-  CB_ASSIGN_OR_RETURN_IMPL_(CB_CONCAT_(cb_result_, __LINE__), lhs, expr, co_return)
+  CB_ASSIGN_OR_RETURN_IMPL_(CB_CONCAT_(cb_result_, __LINE__), lhs, expr, co_return )

@@ -1,15 +1,15 @@
+#include "base/log.h"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-
-#include "base/log.h"
 
 namespace cb::log {
 namespace {
 
 TEST_CASE("log: a line is one JSON object with ts, level, msg and fields in order",
           "[base][unit]") {
-  std::string line = format_line(Level::kWarn, "listening", {{"port", 7443}, {"addr", "127.0.0.1"},
-                                                             {"tls", false}});
+  std::string line = format_line(Level::kWarn, "listening",
+                                 {{"port", 7443}, {"addr", "127.0.0.1"}, {"tls", false}});
   REQUIRE(line.back() == '\n');
   auto j = nlohmann::json::parse(line);
   CHECK(j["level"] == "warn");

@@ -1,7 +1,8 @@
-#include <catch2/catch.hpp>
+#include "base/status.h"
 
 #include "base/result.h"
-#include "base/status.h"
+
+#include <catch2/catch.hpp>
 
 namespace cb {
 namespace {
@@ -44,8 +45,7 @@ TEST_CASE("Status: a code and message format as gRPC names them", "[base][unit]"
   CHECK(code_from_int(8) == Code::kResourceExhausted);
 }
 
-TEST_CASE("Result: holds a value or an error, and the macros propagate errors",
-          "[base][unit]") {
+TEST_CASE("Result: holds a value or an error, and the macros propagate errors", "[base][unit]") {
   CHECK(*quarter(8) == 2);
   auto r = quarter(6);
   REQUIRE_FALSE(r.ok());
