@@ -42,6 +42,9 @@ http::Headers ServerCall::response_headers(bool trailers_only, const Status* sta
   http::Headers h;
   if (trailers_only || status == nullptr) {
     h.push_back(field("content-type", std::string(kContentType)));
+    // We decode no compressed messages; saying so lets clients skip compression, and an
+    // UNIMPLEMENTED for an unsupported grpc-encoding carries it as the spec asks.
+    h.push_back(field("grpc-accept-encoding", "identity"));
     for (auto& m : metadata_to_wire(initial_metadata_)) h.push_back(std::move(m));
   }
   if (status != nullptr) {
@@ -152,7 +155,6 @@ asio::awaitable<void> Server::serve(http::ServerRequest& req, const RawHandler* 
 
   if (const std::string* enc = http::find_header(head.headers, "grpc-encoding");
       enc != nullptr && *enc != "identity" && early.ok()) {
-    call.trailing_metadata().push_back(field("grpc-accept-encoding", "identity"));
     early = unimplemented(fmt::format("grpc-encoding {:?} is not supported", *enc));
   }
   if (early.ok() && handler == nullptr)

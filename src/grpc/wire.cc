@@ -48,7 +48,8 @@ std::string format_timeout(std::chrono::nanoseconds t) {
   constexpr Unit units[] = {{1, 'n'},          {1000, 'u'},        {1000000, 'm'},
                             {1000000000, 'S'}, {60000000000, 'M'}, {3600000000000, 'H'}};
   for (const auto& u : units) {
-    int64_t value = (ns + u.ns - 1) / u.ns;  // round up: never shorten a deadline
+    // Round up (never shorten a deadline) without ns + u.ns - 1, which overflows near max.
+    int64_t value = ns / u.ns + (ns % u.ns != 0 ? 1 : 0);
     if (value <= kMax) return fmt::format("{}{}", value, u.c);
   }
   return fmt::format("{}H", kMax);
