@@ -48,6 +48,15 @@ class ServerRequest {
   // The underlying HTTP/2 stream, or nullptr over HTTP/1.1. For protocols (gRPC, relays)
   // that need HTTP/2 semantics.
   virtual H2Stream* h2_stream() { return nullptr; }
+  // Over HTTP/1.1, after the handler answered an upgrade request (101 Switching Protocols, or
+  // 2xx to CONNECT): hands the raw connection to the caller, who owns it from then on, and
+  // stores in |leftover| the bytes already read past the request (the new protocol's first
+  // bytes). The server no longer serves or tracks the connection. Returns nullptr when there
+  // is nothing to take: HTTP/2, no upgrade request, no such answer sent, or already taken.
+  // REQUIRES: no read() of this request is outstanding.
+  virtual std::unique_ptr<net::Stream> take_upgraded_stream(std::string* leftover) {
+    return nullptr;
+  }
 };
 
 // Sends a complete response with |body| and a content-type.
