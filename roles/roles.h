@@ -10,6 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#ifdef CB_HAVE_ROLE_AGENT
+#include "roles/agent/agent.h"
+#endif
+#ifdef CB_HAVE_ROLE_API
+#include "roles/api/api.h"
+#endif
+
 namespace cb {
 
 struct Role {
@@ -18,6 +25,13 @@ struct Role {
   std::string_view summary;
 };
 
-inline const std::vector<Role> kRoles = {};
+inline const std::vector<Role> kRoles = {
+#ifdef CB_HAVE_ROLE_API
+    {"api", api::run, "control plane and edge (runs on the host)"},
+#endif
+#ifdef CB_HAVE_ROLE_AGENT
+    {"agent", agent::run, "the agent that lives in each box"},
+#endif
+};
 
 }  // namespace cb

@@ -157,6 +157,7 @@ asio::awaitable<void> Server::serve(http::ServerRequest& req, const RawHandler* 
       enc != nullptr && *enc != "identity" && early.ok()) {
     early = unimplemented(fmt::format("grpc-encoding {:?} is not supported", *enc));
   }
+  if (early.ok() && authorizer_) early = authorizer_(head);
   if (early.ok() && handler == nullptr)
     early = unimplemented(fmt::format("unknown method {}", head.path_only()));
   if (!early.ok()) {

@@ -187,6 +187,12 @@ class Server {
       std::function<asio::awaitable<Status>(CallContext&, ServerReader<Req>&, ServerWriter<Resp>&)>
           fn);
 
+  // Called for every call before its handler, with the request head (method path and
+  // metadata as sent). A non-ok Status ends the call with that status (e.g. UNAUTHENTICATED)
+  // and the handler never runs. Used for credentials and tokens.
+  using Authorizer = std::function<Status(const http::RequestHead& head)>;
+  void set_authorizer(Authorizer authorizer) { authorizer_ = std::move(authorizer); }
+
   const ServerOptions& options() const { return options_; }
 
   // Handles one HTTP request as a gRPC call to |handler| (or UNIMPLEMENTED when null).
@@ -195,6 +201,7 @@ class Server {
  private:
   ServerOptions options_;
   std::map<std::string, RawHandler> methods_;
+  Authorizer authorizer_;
 };
 
 // ---- template definitions ----
