@@ -1,0 +1,84 @@
+#include "roles/api/store/schema.h"
+
+namespace cb::api {
+
+namespace {
+
+// Version 1: the first schema. Deviation from the first sketch, on purpose: users carry
+// removed_at_ms and their name is unique among users not removed (a partial index), because
+// a removed user's row must stay for the boxes and tokens that reference it, while its name
+// may be given to a new user.
+constexpr std::string_view kV1 = R"sql(
+CREATE TABLE users (
+  id            INTEGER PRIMARY KEY,
+  name          TEXT    NOT NULL,
+  max_boxes     INTEGER NOT NULL CHECK (max_boxes >= 0),
+  max_running   INTEGER NOT NULL CHECK (max_running >= 0),
+  created_at_ms INTEGER NOT NULL,
+  removed_at_ms INTEGER
+);
+CREATE UNIQUE INDEX users_name_active ON users (name) WHERE removed_at_ms IS NULL;
+
+CREATE TABLE tokens (
+  id            TEXT    PRIMARY KEY,
+  user_id       INTEGER NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+  sha256        BLOB    NOT NULL UNIQUE CHECK (length(sha256) = 32),
+  label         TEXT,
+  created_at_ms INTEGER NOT NULL,
+  revoked_at_ms INTEGER
+);
+CREATE INDEX tokens_user ON tokens (user_id);
+
+CREATE TABLE boxes (
+  id                  TEXT    PRIMARY KEY,
+  user_id             INTEGER NOT NULL REFERENCES users (id),
+  name                TEXT    NOT NULL,
+  state               INTEGER NOT NULL CHECK (state BETWEEN 0 AND 5),
+  image               TEXT,
+  backend             TEXT,
+  detail              TEXT,
+  wake_id             TEXT,
+  machine_key         TEXT,
+  created_at_ms       INTEGER NOT NULL,
+  state_changed_at_ms INTEGER NOT NULL,
+  deleted_at_ms       INTEGER
+);
+CREATE UNIQUE INDEX boxes_user_name_live ON boxes (user_id, name) WHERE deleted_at_ms IS NULL;
+
+CREATE TABLE operations (
+  id             TEXT    PRIMARY KEY,
+  box_id         TEXT    NOT NULL,
+  user_id        INTEGER NOT NULL,
+  kind           TEXT    NOT NULL,
+  phase          INTEGER NOT NULL CHECK (phase BETWEEN 0 AND 8),
+  detail         TEXT,
+  created_at_ms  INTEGER NOT NULL,
+  finished_at_ms INTEGER
+);
+CREATE INDEX operations_unfinished ON operations (created_at_ms) WHERE finished_at_ms IS NULL;
+
+CREATE TABLE operation_events (
+  operation_id TEXT    NOT NULL REFERENCES operations (id) ON DELETE CASCADE,
+  seq          INTEGER NOT NULL CHECK (seq >= 1),
+  phase        INTEGER NOT NULL CHECK (phase BETWEEN 0 AND 8),
+  detail       TEXT,
+  at_ms        INTEGER NOT NULL,
+  PRIMARY KEY (operation_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value BLOB
+);
+INSERT INTO meta (key, value) VALUES ('change_generation', 0);
+)sql";
+
+constexpr db::Migration kMigrations[] = {
+    {1, kV1},
+};
+
+}  // namespace
+
+std::span<const db::Migration> api_db_migrations() { return kMigrations; }
+
+}  // namespace cb::api
