@@ -1,0 +1,105 @@
+// `cocoonbox agent`: flags -> Agent -> serve until SIGTERM/SIGINT -> drain -> exit 0.
+
+#include "roles/agent/agent.h"
+
+#include "base/log.h"
+#include "roles/agent/agent_server.h"
+#include "roles/agent/flags.h"
+#include "roles/agent/version.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <unistd.h>
+
+namespace cb::agent {
+namespace {
+
+// In-flight calls get this long to finish after SIGTERM/SIGINT.
+constexpr std::chrono::seconds kDrainTimeout{2};
+
+void log_start(const Flags& flags) {
+  log::info("agent starting", {{"version", agent_version()},
+                               {"pid", static_cast<int64_t>(::getpid())},
+                               {"socket", flags.socket_path},
+                               {"identity", flags.identity_path},
+                               {"data_dir", flags.data_dir}});
+}
+
+void log_stop(int signo) { log::info("agent stopping", {{"signal", signo}}); }
+
+// Printed on stdout once the agent accepts, so scripts (and --listen HOST:0) learn where.
+void print_listening(const Agent& agent) {
+  fmt::print("listening on unix:{}\n", agent.socket_path());
+  if (agent.tcp_address()) fmt::print("listening on {}\n", agent.tcp_address()->to_string());
+  std::fflush(stdout);
+}
+
+// The process's one coroutine root: start, wait for a signal, drain. Returns the exit status.
+asio::awaitable<int> serve(Agent& agent, asio::signal_set& signals) {
+  Status st = co_await agent.start();
+  if (!st.ok()) {
+    log::error("agent failed to start", {{"error", st.to_string()}});
+    co_await agent.shutdown(net::after(kDrainTimeout));
+    co_return 1;
+  }
+  print_listening(agent);
+  auto [ec, signo] = co_await signals.async_wait(net::kToken);
+  log_stop(ec ? 0 : signo);
+  co_await agent.shutdown(net::after(kDrainTimeout));
+  log::info("agent stopped");
+  co_return 0;
+}
+
+int run_agent(const Flags& flags) {
+  log_start(flags);
+  asio::io_context io;
+  AgentConfig config;
+  config.socket_path = flags.socket_path;
+  config.listen = flags.listen;
+  config.identity_path = flags.identity_path;
+  config.data_dir = flags.data_dir;
+  auto agent = Agent::create(io.get_executor(), std::move(config));
+  if (!agent.ok()) {
+    log::error("agent failed to start", {{"error", agent.status().to_string()}});
+    fmt::print(stderr, "cocoonbox agent: {}\n", agent.status().to_string());
+    return 1;
+  }
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  int rc = 1;
+  asio::co_spawn(io, serve(**agent, signals), [&](std::exception_ptr e, int code) {
+    rc = code;
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        log::error("agent failed", {{"error", ex.what()}});
+      } catch (...) {
+        log::error("agent failed", {{"error", "unknown exception"}});
+      }
+      rc = 1;
+    }
+    // Connections still winding down after the drain deadline need not finish.
+    io.stop();
+  });
+  io.run();
+  return rc;
+}
+
+}  // namespace
+
+int run(std::span<char* const> args) {
+  try {
+    auto parsed = parse_flags(args);
+    if (const int* rc = std::get_if<int>(&parsed)) return *rc;
+    return run_agent(std::get<Flags>(parsed));
+  } catch (const std::exception& e) {
+    log::error("agent failed", {{"error", e.what()}});
+    return 1;
+  }
+}
+
+}  // namespace cb::agent

@@ -1,0 +1,57 @@
+#include "roles/agent/agent_db.h"
+
+namespace cb::agent {
+namespace {
+
+// Released migrations are never edited; a change is a new entry (db/README.md §Migrations).
+constexpr db::Migration kMigrations[] = {
+    {1,
+     "CREATE TABLE meta (\n"
+     "  key   TEXT PRIMARY KEY NOT NULL,\n"
+     "  value TEXT NOT NULL\n"
+     ") STRICT, WITHOUT ROWID;\n"
+     "CREATE TABLE agent_starts (\n"
+     "  id            INTEGER PRIMARY KEY,\n"
+     "  started_unix  INTEGER NOT NULL,\n"
+     "  wake_id       TEXT,\n"
+     "  agent_version TEXT NOT NULL,\n"
+     "  pid           INTEGER NOT NULL\n"
+     ") STRICT;\n"},
+};
+
+}  // namespace
+
+std::span<const db::Migration> agent_migrations() { return kMigrations; }
+
+Result<std::unique_ptr<db::Worker>> open_agent_db(const std::filesystem::path& data_dir) {
+  return db::Worker::start(data_dir / kAgentDbFile, agent_migrations());
+}
+
+asio::awaitable<Status> record_start(db::Worker& worker, StartRecord record) {
+  // The worker runs this while the coroutine is suspended, so |record| outlives it.
+  Status st = co_await worker.run([&record](db::Database& d) -> Status {
+    ASSIGN_OR_RETURN(db::Transaction txn, d.begin());
+    ASSIGN_OR_RETURN(
+        db::Statement meta,
+        d.prepare("INSERT OR IGNORE INTO meta(key, value) VALUES ('created_unix', ?1)"));
+    RETURN_IF_ERROR(meta.bind_text(1, std::to_string(record.started_unix)));
+    RETURN_IF_ERROR(meta.execute());
+    ASSIGN_OR_RETURN(
+        db::Statement start,
+        d.prepare("INSERT INTO agent_starts(started_unix, wake_id, agent_version, pid) "
+                  "VALUES (?1, ?2, ?3, ?4)"));
+    RETURN_IF_ERROR(start.bind_int64(1, record.started_unix));
+    if (record.wake_id) {
+      RETURN_IF_ERROR(start.bind_text(2, *record.wake_id));
+    } else {
+      RETURN_IF_ERROR(start.bind_null(2));
+    }
+    RETURN_IF_ERROR(start.bind_text(3, record.agent_version));
+    RETURN_IF_ERROR(start.bind_int64(4, record.pid));
+    RETURN_IF_ERROR(start.execute());
+    return txn.commit();
+  });
+  co_return st;
+}
+
+}  // namespace cb::agent

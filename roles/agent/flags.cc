@@ -1,0 +1,137 @@
+#include "roles/agent/flags.h"
+
+#include "roles/agent/version.h"
+
+#include <CLI/CLI.hpp>
+#include <asio/ip/address.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace cb::agent {
+
+std::string HostPort::to_string() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+Result<HostPort> parse_host_port(std::string_view text) {
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return invalid_argument(fmt::format("address {:?}: want [IPV6]:PORT", text));
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos)
+      return invalid_argument(fmt::format("address {:?}: want HOST:PORT", text));
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos)
+      return invalid_argument(fmt::format("address {:?}: write an IPv6 host in brackets", text));
+  }
+  if (host.empty()) return invalid_argument(fmt::format("address {:?}: empty host", text));
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535)
+    return invalid_argument(fmt::format("address {:?}: port must be 0..65535", text));
+
+  HostPort out;
+  out.port = static_cast<uint16_t>(value);
+  if (host == "localhost") {
+    out.host = "127.0.0.1";
+    return out;
+  }
+  std::error_code addr_ec;
+  const asio::ip::address addr = asio::ip::make_address(std::string(host), addr_ec);
+  if (addr_ec)
+    return invalid_argument(
+        fmt::format("address {:?}: host must be an IP address or localhost", text));
+  out.host = addr.to_string();
+  return out;
+}
+
+bool is_loopback(const HostPort& address) {
+  std::error_code ec;
+  const asio::ip::address addr = asio::ip::make_address(address.host, ec);
+  return !ec && addr.is_loopback();
+}
+
+Result<std::string> default_data_dir(bool is_root, const char* xdg_data_home, const char* home) {
+  if (is_root) return std::string(kRootDataDir);
+  if (xdg_data_home != nullptr && xdg_data_home[0] == '/')
+    return std::string(xdg_data_home) + "/cocoonbox-agent";
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.local/share/cocoonbox-agent";
+  return invalid_argument("no default data directory: set --data-dir, XDG_DATA_HOME or HOME");
+}
+
+std::variant<Flags, int> parse_flags(std::span<char* const> args) {
+  Flags flags;
+  std::string listen;
+  std::string data_dir;
+  CLI::App app("The agent that lives in each box: serves cocoonbox.agent.v1.* to the api's edge.",
+               "cocoonbox agent");
+  app.set_version_flag("--version", "cocoonbox agent " + std::string(agent_version()));
+  app.add_option("--socket", flags.socket_path, "unix socket to serve (created 0660)")
+      ->capture_default_str();
+  app.add_option("--listen", listen,
+                 "also serve on this TCP HOST:PORT (loopback only; port 0 picks one and the "
+                 "chosen address is printed)");
+  app.add_flag("--allow-remote", flags.allow_remote,
+               "let --listen bind a non-loopback address (plaintext h2c: only behind a trusted "
+               "network)");
+  app.add_option("--identity", flags.identity_path,
+                 "identity file the api writes at every boot and wake")
+      ->capture_default_str();
+  app.add_option("--data-dir", data_dir,
+                 "state directory holding agent.db and box.key (default /var/lib/cocoonbox-agent "
+                 "as root, else $XDG_DATA_HOME/cocoonbox-agent)");
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    (void)app.exit(e);
+    return 2;
+  }
+
+  auto usage = [](std::string_view message) {
+    fmt::print(stderr, "cocoonbox agent: {}\nRun with --help for more information.\n", message);
+    return 2;
+  };
+  if (flags.socket_path.empty()) return usage("--socket must not be empty");
+  if (flags.identity_path.empty()) return usage("--identity must not be empty");
+  if (!listen.empty()) {
+    auto address = parse_host_port(listen);
+    if (!address.ok()) return usage(fmt::format("--listen: {}", address.status().message()));
+    if (!flags.allow_remote && !is_loopback(*address)) {
+      return usage(
+          fmt::format("--listen {}: not a loopback address; the agent serves plaintext h2c, so it "
+                      "listens on loopback only unless --allow-remote is given",
+                      address->to_string()));
+    }
+    flags.listen = std::move(*address);
+  } else if (flags.allow_remote) {
+    return usage("--allow-remote needs --listen");
+  }
+  if (data_dir.empty()) {
+    auto dir =
+        default_data_dir(::geteuid() == 0, std::getenv("XDG_DATA_HOME"), std::getenv("HOME"));
+    if (!dir.ok()) return usage(dir.status().message());
+    data_dir = std::move(*dir);
+  }
+  flags.data_dir = std::move(data_dir);
+  return flags;
+}
+
+}  // namespace cb::agent

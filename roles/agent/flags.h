@@ -1,0 +1,58 @@
+#pragma once
+// Command-line flags of `cocoonbox agent` (README.md §Flags) and the small parsers behind
+// them. parse_flags() contains CLI11's exceptions (house style H8): it either returns the
+// options or the exit status to end with, having printed help, the version or a usage error.
+
+#include "base/result.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace cb::agent {
+
+inline constexpr std::string_view kDefaultSocketPath = "/run/cocoonbox/agent.sock";
+inline constexpr std::string_view kDefaultIdentityPath = "/run/cocoonbox/identity";
+inline constexpr std::string_view kRootDataDir = "/var/lib/cocoonbox-agent";
+
+// A TCP listen address. |host| is an IP literal without brackets ("localhost" is resolved to
+// 127.0.0.1 by the parser).
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+
+  // "127.0.0.1:7443" or "[::1]:7443".
+  std::string to_string() const;
+};
+
+// Parses "HOST:PORT" or "[V6]:PORT"; PORT is 0..65535 (0 picks a free port). HOST must be an
+// IP literal or "localhost".
+// Errors: kInvalidArgument naming what is wrong.
+Result<HostPort> parse_host_port(std::string_view text);
+
+// True for 127.0.0.0/8, ::1.
+bool is_loopback(const HostPort& address);
+
+// The default --data-dir: /var/lib/cocoonbox-agent as root, else
+// $XDG_DATA_HOME/cocoonbox-agent, else $HOME/.local/share/cocoonbox-agent (XDG Base
+// Directory: a relative or empty XDG_DATA_HOME is ignored). |xdg_data_home| and |home| may be
+// null (unset).
+// Errors: kInvalidArgument when neither variable gives an absolute directory.
+Result<std::string> default_data_dir(bool is_root, const char* xdg_data_home, const char* home);
+
+struct Flags {
+  std::string socket_path = std::string(kDefaultSocketPath);
+  std::optional<HostPort> listen;  // --listen; loopback unless allow_remote
+  bool allow_remote = false;
+  std::string identity_path = std::string(kDefaultIdentityPath);
+  std::string data_dir;  // resolved: never empty in a returned Flags
+};
+
+// Parses |args| (args[0] is the role name). Returns the Flags, or the exit status after
+// printing: 0 for --help (stdout) and --version (stdout), 2 for a usage error (stderr).
+std::variant<Flags, int> parse_flags(std::span<char* const> args);
+
+}  // namespace cb::agent

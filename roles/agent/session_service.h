@@ -1,0 +1,43 @@
+#pragma once
+// cocoonbox.agent.v1.Session on the agent (seed §4.2(a)). For now: Hello, which tells a client
+// the box's X25519 public key, the agent's version and capabilities, and the box and wake it
+// serves. Calls reach the handlers only after the server's authorizer accepted their
+// credential (roles/agent/agent_server.h).
+//
+// The logic is the plain function make_hello(); the service only adapts (house style H14).
+//
+// Affinity: the agent's io_context.
+
+#include "base/result.h"
+#include "cocoonbox/agent/v1/session.cbgrpc.h"
+#include "crypto/credential.h"
+#include "crypto/keys.h"
+#include "roles/agent/identity.h"
+
+#include <string_view>
+
+namespace cb::agent {
+
+// What this agent can do, as Hello reports it; grows with the agent.
+inline constexpr std::string_view kCapabilities[] = {"session.hello"};
+
+// The Hello answer of a box with |box_public_key| and |identity|.
+cocoonbox::agent::v1::HelloResponse make_hello(const crypto::X25519PublicKey& box_public_key,
+                                               const crypto::BoxIdentity& identity);
+
+class SessionService final : public cocoonbox::agent::v1::Session::Service {
+ public:
+  // |identity| is not owned and must outlive the service.
+  SessionService(const crypto::X25519PublicKey& box_public_key, IdentityStore& identity)
+      : box_public_key_(box_public_key), identity_(identity) {}
+
+  // Errors: kUnavailable when the identity file went away after the call was authorized.
+  asio::awaitable<Result<cocoonbox::agent::v1::HelloResponse>> Hello(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::HelloRequest&& req) override;
+
+ private:
+  crypto::X25519PublicKey box_public_key_;
+  IdentityStore& identity_;
+};
+
+}  // namespace cb::agent

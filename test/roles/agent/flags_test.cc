@@ -1,0 +1,128 @@
+// Flags of `cocoonbox agent`: address parsing, the default data directory, usage exit codes.
+
+#include "roles/agent/flags.h"
+
+#include "roles/agent/agent.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace cb::agent {
+namespace {
+
+// argv-style storage for parse_flags()/run().
+struct Args {
+  explicit Args(std::vector<std::string> words) : storage(std::move(words)) {
+    for (auto& w : storage) ptrs.push_back(w.data());
+  }
+  std::span<char* const> span() const { return ptrs; }
+  std::vector<std::string> storage;
+  std::vector<char*> ptrs;
+};
+
+TEST_CASE("parse_host_port: accepts IPv4, bracketed IPv6 and localhost", "[agent][unit]") {
+  auto v4 = parse_host_port("127.0.0.1:0");
+  REQUIRE(v4.ok());
+  CHECK(v4->host == "127.0.0.1");
+  CHECK(v4->port == 0);
+  CHECK(v4->to_string() == "127.0.0.1:0");
+
+  auto v6 = parse_host_port("[::1]:7443");
+  REQUIRE(v6.ok());
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == 7443);
+  CHECK(v6->to_string() == "[::1]:7443");
+
+  auto local = parse_host_port("localhost:65535");
+  REQUIRE(local.ok());
+  CHECK(local->host == "127.0.0.1");
+  CHECK(local->port == 65535);
+}
+
+TEST_CASE("parse_host_port: refuses malformed addresses", "[agent][unit]") {
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:8x",
+        "::1:80", "[::1]80", "[::1", "example.com:80", "127.0.0.1:+80"}) {
+    INFO(bad);
+    auto r = parse_host_port(bad);
+    CHECK_FALSE(r.ok());
+    if (!r.ok()) {
+      CHECK(r.status().code() == Code::kInvalidArgument);
+    }
+  }
+}
+
+TEST_CASE("is_loopback: only 127/8 and ::1", "[agent][unit]") {
+  CHECK(is_loopback(*parse_host_port("127.0.0.1:1")));
+  CHECK(is_loopback(*parse_host_port("127.1.2.3:1")));
+  CHECK(is_loopback(*parse_host_port("[::1]:1")));
+  CHECK_FALSE(is_loopback(*parse_host_port("0.0.0.0:1")));
+  CHECK_FALSE(is_loopback(*parse_host_port("[::]:1")));
+  CHECK_FALSE(is_loopback(*parse_host_port("10.0.0.1:1")));
+}
+
+TEST_CASE("default_data_dir: root, XDG_DATA_HOME, then HOME", "[agent][unit]") {
+  CHECK(*default_data_dir(true, "/x", "/home/u") == "/var/lib/cocoonbox-agent");
+  CHECK(*default_data_dir(false, "/x/data", "/home/u") == "/x/data/cocoonbox-agent");
+  CHECK(*default_data_dir(false, nullptr, "/home/u") == "/home/u/.local/share/cocoonbox-agent");
+  CHECK(*default_data_dir(false, "relative", "/home/u") == "/home/u/.local/share/cocoonbox-agent");
+  CHECK(*default_data_dir(false, "", "/home/u") == "/home/u/.local/share/cocoonbox-agent");
+  CHECK_FALSE(default_data_dir(false, nullptr, nullptr).ok());
+}
+
+TEST_CASE("parse_flags: defaults and explicit values", "[agent][unit]") {
+  Args args({"agent", "--socket", "/tmp/a.sock", "--identity", "/tmp/id", "--data-dir", "/tmp/d",
+             "--listen", "127.0.0.1:0"});
+  auto parsed = parse_flags(args.span());
+  REQUIRE(std::holds_alternative<Flags>(parsed));
+  const Flags& f = std::get<Flags>(parsed);
+  CHECK(f.socket_path == "/tmp/a.sock");
+  CHECK(f.identity_path == "/tmp/id");
+  CHECK(f.data_dir == "/tmp/d");
+  REQUIRE(f.listen);
+  CHECK(f.listen->to_string() == "127.0.0.1:0");
+
+  Args bare({"agent"});
+  auto defaults = parse_flags(bare.span());
+  REQUIRE(std::holds_alternative<Flags>(defaults));
+  CHECK(std::get<Flags>(defaults).socket_path == "/run/cocoonbox/agent.sock");
+  CHECK(std::get<Flags>(defaults).identity_path == "/run/cocoonbox/identity");
+  CHECK_FALSE(std::get<Flags>(defaults).data_dir.empty());
+  CHECK_FALSE(std::get<Flags>(defaults).listen);
+}
+
+TEST_CASE("parse_flags: a non-loopback --listen needs --allow-remote", "[agent][unit]") {
+  Args refused({"agent", "--data-dir", "/tmp/d", "--listen", "0.0.0.0:7000"});
+  auto r = parse_flags(refused.span());
+  REQUIRE(std::holds_alternative<int>(r));
+  CHECK(std::get<int>(r) == 2);
+
+  Args allowed({"agent", "--data-dir", "/tmp/d", "--listen", "0.0.0.0:7000", "--allow-remote"});
+  auto a = parse_flags(allowed.span());
+  REQUIRE(std::holds_alternative<Flags>(a));
+  CHECK(std::get<Flags>(a).allow_remote);
+}
+
+TEST_CASE("run: usage errors exit 2, --help and --version exit 0", "[agent][unit]") {
+  for (std::vector<std::string> words :
+       std::vector<std::vector<std::string>>{{"agent", "--no-such-flag"},
+                                             {"agent", "extra"},
+                                             {"agent", "--listen", "nonsense"},
+                                             {"agent", "--listen"},
+                                             {"agent", "--allow-remote"},
+                                             {"agent", "--socket", ""}}) {
+    INFO(words.back());
+    Args args(words);
+    CHECK(run(args.span()) == 2);
+  }
+  Args help({"agent", "--help"});
+  CHECK(run(help.span()) == 0);
+  Args version({"agent", "--version"});
+  CHECK(run(version.span()) == 0);
+}
+
+}  // namespace
+}  // namespace cb::agent
