@@ -1,0 +1,350 @@
+#include "roles/api/api.h"
+
+#include "base/log.h"
+#include "grpc/server.h"
+#include "http/server.h"
+#include "net/tls.h"
+#include "roles/api/boxes.h"
+#include "roles/api/boxes_service.h"
+#include "roles/api/edge.h"
+#include "roles/api/keys.h"
+#include "roles/api/machines/local.h"
+#include "roles/api/store/admin.h"
+#include "roles/api/store/store.h"
+#include "roles/api/store/token_index.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace cb::api {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Config {
+  std::string listen = "127.0.0.1:7443";
+  std::string tls_cert;
+  std::string tls_key;
+  std::string data_dir;
+  std::string backend = "local";
+  std::string idle_hibernate = "30m";
+};
+
+fs::path default_data_dir() {
+  if (::geteuid() == 0) return "/var/lib/cocoonbox-api";
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x != nullptr && *x != '\0')
+    return fs::path(x) / "cocoonbox";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return fs::path(h) / ".local/share/cocoonbox";
+  return "/tmp/cocoonbox";
+}
+
+// "30m", "10s", "250ms", "2h", "0" -> milliseconds. Errors name the flag.
+Result<std::chrono::milliseconds> parse_duration(std::string_view v, std::string_view flag) {
+  size_t i = 0;
+  while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+  if (i == 0 || i > 9)
+    return invalid_argument(
+        fmt::format("{} {:?}: want a number and a unit (ms, s, m, h)", flag, v));
+  int64_t n = std::stoll(std::string(v.substr(0, i)));
+  std::string_view unit = v.substr(i);
+  using namespace std::chrono;
+  if (unit.empty() && n == 0) return milliseconds(0);
+  if (unit == "ms") return milliseconds(n);
+  if (unit == "s") return duration_cast<milliseconds>(seconds(n));
+  if (unit == "m") return duration_cast<milliseconds>(minutes(n));
+  if (unit == "h") return duration_cast<milliseconds>(hours(n));
+  return invalid_argument(fmt::format("{} {:?}: unknown unit (ms, s, m, h)", flag, v));
+}
+
+Result<std::pair<std::string, uint16_t>> parse_listen(std::string_view v) {
+  auto colon = v.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == v.size())
+    return invalid_argument(fmt::format("--listen {:?}: want HOST:PORT", v));
+  std::string host(v.substr(0, colon));
+  int port = 0;
+  for (char c : v.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535)
+      return invalid_argument(fmt::format("--listen {:?}: bad port", v));
+    port = port * 10 + (c - '0');
+  }
+  if (port > 65535) return invalid_argument(fmt::format("--listen {:?}: bad port", v));
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+std::string state_name(BoxState s) {
+  switch (s) {
+    case BoxState::kAbsent:
+      return "absent";
+    case BoxState::kStarting:
+      return "starting";
+    case BoxState::kRunning:
+      return "running";
+    case BoxState::kHibernating:
+      return "hibernating";
+    case BoxState::kHibernated:
+      return "hibernated";
+    case BoxState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+// First start: an admin user and its token in <data-dir>/admin.token (0600).
+asio::awaitable<Status> ensure_admin(Store& store, const fs::path& data_dir,
+                                     const std::string& endpoint) {
+  auto users = co_await store.list_users();
+  if (!users.ok()) co_return users.status();
+  if (!users->empty()) co_return ok_status();
+  auto admin = co_await store.add_user("admin");
+  if (!admin.ok()) co_return admin.status();
+  auto token = co_await store.issue_token("admin", "first start");
+  if (!token.ok()) co_return token.status();
+  auto path = data_dir / "admin.token";
+  CO_RETURN_IF_ERROR(write_file_atomic(path, token->plaintext + "\n", 0600));
+  log::info("first start: created user admin", {{"token_file", path.string()}});
+  std::cout << "cocoonbox api: first start. Sign in with:\n  cocoonbox login --endpoint "
+            << endpoint << " --token - < " << path.string() << "\n";
+  std::cout.flush();
+  co_return ok_status();
+}
+
+int serve(const Config& cfg) {
+  fs::path data_dir = cfg.data_dir.empty() ? default_data_dir() : fs::path(cfg.data_dir);
+  auto listen = parse_listen(cfg.listen);
+  if (!listen.ok()) {
+    std::cerr << "cocoonbox api: " << listen.status().message() << "\n";
+    return 2;
+  }
+  auto idle = parse_duration(cfg.idle_hibernate, "--idle-hibernate");
+  if (!idle.ok()) {
+    std::cerr << "cocoonbox api: " << idle.status().message() << "\n";
+    return 2;
+  }
+  if (cfg.backend != "local") {
+    std::cerr << "cocoonbox api: --backend " << cfg.backend
+              << ": only \"local\" is built into this binary\n";
+    return 2;
+  }
+  if (cfg.tls_cert.empty() != cfg.tls_key.empty()) {
+    std::cerr << "cocoonbox api: --tls-cert and --tls-key go together\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec) {
+    std::cerr << "cocoonbox api: --data-dir " << data_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  ::chmod(data_dir.c_str(), 0700);
+
+  asio::io_context io;
+  http::ServerOptions server_options;
+  if (!cfg.tls_cert.empty()) {
+    auto tls = net::TlsContext::server({cfg.tls_cert, cfg.tls_key, {"h2", "http/1.1"}});
+    if (!tls.ok()) {
+      std::cerr << "cocoonbox api: " << tls.status().message() << "\n";
+      return 1;
+    }
+    server_options.tls = *tls;
+  }
+  auto master = load_or_create_master_key(data_dir);
+  if (!master.ok()) {
+    std::cerr << "cocoonbox api: " << master.status().message() << "\n";
+    return 1;
+  }
+  auto edge_key = load_or_create_edge_key(data_dir, *master);
+  if (!edge_key.ok()) {
+    std::cerr << "cocoonbox api: " << edge_key.status().message() << "\n";
+    return 1;
+  }
+  auto store = Store::open(data_dir);
+  if (!store.ok()) {
+    std::cerr << "cocoonbox api: " << store.status().message() << "\n";
+    return 1;
+  }
+  machines::LocalOptions local_options;
+  auto backend = machines::LocalBackend::create(local_options);
+  if (!backend.ok()) {
+    std::cerr << "cocoonbox api: " << backend.status().message() << "\n";
+    return 1;
+  }
+  if (!(*backend)->isolated()) {
+    log::warn("BOXES ARE NOT ISOLATED", {{"why", (*backend)->isolation_note()}});
+    std::cerr << "cocoonbox api: WARNING: " << (*backend)->isolation_note() << "\n";
+  }
+
+  std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  BoxManagerOptions box_options;
+  box_options.data_dir = data_dir;
+  box_options.agent_argv = {exe,          "agent",
+                            "--socket",   "/run/cocoonbox/agent.sock",
+                            "--identity", "/run/cocoonbox/identity",
+                            "--data-dir", "/home/user/.cocoonbox-agent"};
+  box_options.idle_hibernate = *idle;
+  BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);
+  TokenIndex tokens(**store);
+  BoxesService boxes_service(manager, tokens, **store);
+  Edge edge(manager, tokens);
+
+  grpc::Server grpc_server;
+  grpc_server.add_service(boxes_service);
+  http::Router router;
+  router.handle("GET", "/healthz", [](http::ServerRequest& req) -> asio::awaitable<void> {
+    (void)co_await http::respond(req, 200, "text/plain; charset=utf-8", "ok\n");
+  });
+  router.handle("GET", "/metrics", [&](http::ServerRequest& req) -> asio::awaitable<void> {
+    std::map<std::string, int> by_state;
+    for (auto s : {BoxState::kAbsent, BoxState::kStarting, BoxState::kRunning,
+                   BoxState::kHibernating, BoxState::kHibernated, BoxState::kFailed})
+      by_state[state_name(s)] = 0;
+    auto all = co_await (*store)->list_all_boxes();
+    if (all.ok()) {
+      for (const auto& b : *all)
+        if (!b.deleted_at_ms) ++by_state[state_name(b.state)];
+    }
+    std::string text = "# HELP cocoonbox_boxes Boxes by state.\n# TYPE cocoonbox_boxes gauge\n";
+    for (const auto& [s, n] : by_state)
+      text += fmt::format("cocoonbox_boxes{{state=\"{}\"}} {}\n", s, n);
+    text +=
+        "# HELP cocoonbox_operations_total Finished box operations.\n"
+        "# TYPE cocoonbox_operations_total counter\n";
+    for (const auto& [k, n] : manager.counters().operations) {
+      auto us = k.rfind('_');
+      text += fmt::format("cocoonbox_operations_total{{kind=\"{}\",result=\"{}\"}} {}\n",
+                          k.substr(0, us), k.substr(us + 1), n);
+    }
+    const auto& e = edge.counters();
+    text += fmt::format(
+        "# HELP cocoonbox_edge_streams_total Streams relayed to boxes.\n"
+        "# TYPE cocoonbox_edge_streams_total counter\ncocoonbox_edge_streams_total {}\n"
+        "# HELP cocoonbox_edge_streams_open Streams open to boxes now.\n"
+        "# TYPE cocoonbox_edge_streams_open gauge\ncocoonbox_edge_streams_open {}\n"
+        "# HELP cocoonbox_edge_refused_total Edge calls refused (token, box, start).\n"
+        "# TYPE cocoonbox_edge_refused_total counter\ncocoonbox_edge_refused_total {}\n"
+        "# HELP cocoonbox_edge_bytes_total Body bytes relayed.\n"
+        "# TYPE cocoonbox_edge_bytes_total counter\n"
+        "cocoonbox_edge_bytes_total{{direction=\"to_box\"}} {}\n"
+        "cocoonbox_edge_bytes_total{{direction=\"from_box\"}} {}\n",
+        e.streams_total, e.streams_open, e.refused_total, e.bytes_to_box, e.bytes_from_box);
+    (void)co_await http::respond(req, 200, "text/plain; version=0.0.4", text);
+  });
+  edge.register_with(router);
+  grpc_server.register_with(router);
+
+  // h2c only where nobody else can listen in (architecture §4).
+  if (!server_options.tls) {
+    std::string h = listen->first == "localhost" ? "127.0.0.1" : listen->first;
+    if (!h.empty() && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    std::error_code aec;
+    auto addr = asio::ip::make_address(h, aec);
+    if (aec || !addr.is_loopback()) {
+      std::cerr << "cocoonbox api: refusing plaintext on " << cfg.listen
+                << " (not loopback); give --tls-cert and --tls-key\n";
+      return 2;
+    }
+  }
+  http::Server server(io.get_executor(), router, server_options);
+  Status listened = server.listen_tcp(listen->first, listen->second);
+  if (!listened.ok()) {
+    std::cerr << "cocoonbox api: " << listened.message() << "\n";
+    return 1;
+  }
+  std::string endpoint = fmt::format("{}://{}:{}", server_options.tls ? "https" : "http",
+                                     listen->first, server.port());
+
+  int exit_code = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        Status admin = co_await ensure_admin(**store, data_dir, endpoint);
+        if (!admin.ok()) {
+          std::cerr << "cocoonbox api: first start failed: " << admin.message() << "\n";
+          exit_code = 1;
+          io.stop();
+          co_return;
+        }
+        auto refreshed = co_await tokens.refresh_if_changed();
+        if (!refreshed.ok()) log::error("token index", {{"error", refreshed.status().to_string()}});
+        co_await manager.recover();
+        manager.start_idle_loop();
+        server.start();
+        log::info("listening", {{"endpoint", endpoint},
+                                {"data_dir", data_dir.string()},
+                                {"backend", std::string((*backend)->name())},
+                                {"isolated", (*backend)->isolated()}});
+        // Admin changes made by another process (user add, token revoke) apply within a second.
+        net::Timer t(co_await asio::this_coro::executor);
+        for (;;) {
+          t.expires_after(std::chrono::milliseconds(500));
+          auto [ec2] = co_await t.async_wait();
+          if (ec2) co_return;
+          auto r = co_await tokens.refresh_if_changed();
+          if (!r.ok()) log::warn("token index refresh", {{"error", r.status().to_string()}});
+        }
+      },
+      asio::detached);
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const std::error_code&, int sig) {
+    log::info("shutting down", {{"signal", sig}});
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          manager.stop();
+          co_await server.shutdown(net::after(std::chrono::seconds(5)));
+          io.stop();
+        },
+        asio::detached);
+  });
+  io.run();
+  log::info("stopped; boxes keep running and are re-adopted at the next start");
+  return exit_code;
+}
+
+}  // namespace
+
+int run(std::span<char* const> args) {
+  CLI::App app("cocoonbox api: the control plane and edge", "cocoonbox api");
+  Config cfg;
+  app.set_config("--config", "", "read flags from a TOML/INI file");
+  app.add_option("--listen", cfg.listen, "HOST:PORT to serve (plaintext only on loopback)")
+      ->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir,
+                 "api.db, keys and boxes (default $XDG_DATA_HOME/cocoonbox, or "
+                 "/var/lib/cocoonbox-api as root)");
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "PEM certificate chain: serve TLS (ALPN h2, http/1.1)");
+  app.add_option("--tls-key", cfg.tls_key, "PEM private key for --tls-cert");
+  app.add_option("--backend", cfg.backend, "machines backend")->capture_default_str();
+  app.add_option("--idle-hibernate", cfg.idle_hibernate,
+                 "hibernate a box with no client attached this long (0 = never)")
+      ->capture_default_str();
+  AdminOptions admin;
+  add_admin_commands(app, admin);
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (admin.command != AdminCommand::kNone) {
+    admin.data_dir = cfg.data_dir.empty() ? default_data_dir() : fs::path(cfg.data_dir);
+    return run_admin_command(admin);
+  }
+  try {
+    return serve(cfg);
+  } catch (const std::exception& e) {
+    log::error("api failed", {{"what", e.what()}});
+    return 1;
+  }
+}
+
+}  // namespace cb::api

@@ -1,0 +1,622 @@
+#include "roles/api/boxes.h"
+
+#include "base/log.h"
+#include "cocoonbox/agent/v1/session.cbgrpc.h"
+#include "crypto/credential.h"
+#include "crypto/random.h"
+#include "grpc/client.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace cb::api {
+
+namespace av1 = ::cocoonbox::agent::v1;
+
+struct BoxManager::Runtime {
+  explicit Runtime(const net::Executor& ex) : idle(ex) {}
+  bool busy = false;
+  std::string current_operation;
+  std::shared_ptr<http::H2Connection> conn;
+  int attached = 0;
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  net::Signal idle;  // notified when busy turns false
+};
+
+namespace {
+constexpr auto kCredentialLifetime = std::chrono::minutes(10);
+
+std::string new_wake_id() { return "wk_" + crypto::random_token(crypto::system_random(), 12); }
+}  // namespace
+
+BoxManager::BoxManager(net::Executor executor, Store& store, machines::Backend& backend,
+                       const EdgeKey& key, BoxManagerOptions options)
+    : executor_(std::move(executor)),
+      store_(store),
+      backend_(backend),
+      key_(key),
+      options_(std::move(options)),
+      changed_(executor_),
+      alive_(std::make_shared<bool>(true)) {}
+
+BoxManager::~BoxManager() { *alive_ = false; }
+
+void BoxManager::stop() {
+  stopping_ = true;
+  for (auto& [id, rt] : runtimes_) {
+    if (rt->conn) rt->conn->close();
+    rt->conn.reset();
+  }
+  changed_.notify();
+}
+
+BoxManager::Runtime& BoxManager::runtime(const std::string& box_id) {
+  auto& rt = runtimes_[box_id];
+  if (!rt) rt = std::make_unique<Runtime>(executor_);
+  return *rt;
+}
+
+void BoxManager::notify_changed() {
+  ++generation_;
+  changed_.notify();
+}
+
+machines::MachineSpec BoxManager::spec_for(const Box& box) const {
+  machines::MachineSpec spec;
+  spec.box_id = box.id;
+  spec.image = box.image;
+  spec.box_dir = options_.data_dir / "boxes" / box.id;
+  spec.agent_argv = options_.agent_argv;
+  return spec;
+}
+
+std::string BoxManager::credential(const Box& box) const {
+  auto exp = std::chrono::duration_cast<std::chrono::seconds>(
+                 (std::chrono::system_clock::now() + kCredentialLifetime).time_since_epoch())
+                 .count();
+  return crypto::issue_credential(key_.key, key_.key_id, box.id, box.wake_id, exp);
+}
+
+asio::awaitable<Result<BoxView>> BoxManager::view(Box box) {
+  BoxView v;
+  v.attached_clients = attached(box.id);
+  v.isolated = backend_.isolated();
+  v.isolation_note = backend_.isolation_note();
+  v.box = std::move(box);
+  co_return v;
+}
+
+void BoxManager::attach(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  ++rt.attached;
+  rt.last_activity = std::chrono::steady_clock::now();
+}
+
+void BoxManager::detach(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  if (rt.attached > 0) --rt.attached;
+  rt.last_activity = std::chrono::steady_clock::now();
+}
+
+int BoxManager::attached(const std::string& box_id) const {
+  auto it = runtimes_.find(box_id);
+  return it == runtimes_.end() ? 0 : it->second->attached;
+}
+
+asio::awaitable<Status> BoxManager::acquire(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  while (rt.busy) {
+    Status w = co_await rt.idle.wait();
+    if (!w.ok()) co_return w;
+  }
+  rt.busy = true;
+  co_return ok_status();
+}
+
+void BoxManager::release(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  rt.busy = false;
+  rt.current_operation.clear();
+  rt.idle.notify();
+}
+
+asio::awaitable<void> BoxManager::wait_operation(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  while (rt.busy) {
+    Status w = co_await rt.idle.wait();
+    if (!w.ok()) co_return;
+  }
+}
+
+void BoxManager::drop_connection(const std::string& box_id) {
+  auto& rt = runtime(box_id);
+  if (rt.conn) rt.conn->close();
+  rt.conn.reset();
+}
+
+asio::awaitable<void> BoxManager::set_state(Box& box, BoxState state, std::string detail,
+                                            std::string wake_id) {
+  std::optional<std::string> wake;
+  if (!wake_id.empty()) wake = wake_id;
+  auto updated = co_await store_.set_box_state(box.id, state, detail, wake);
+  if (updated.ok()) {
+    box = std::move(*updated);
+  } else {
+    log::error("box state not saved", {{"box", box.id}, {"error", updated.status().to_string()}});
+    box.state = state;
+    box.detail = detail;
+    if (!wake_id.empty()) box.wake_id = wake_id;
+  }
+  notify_changed();
+}
+
+asio::awaitable<void> BoxManager::event(const Operation& op, Phase phase, std::string detail) {
+  auto r = co_await store_.append_event(op.id, phase, detail);
+  if (!r.ok()) log::warn("operation event not saved", {{"op", op.id}});
+  log::info("box operation", {{"op", op.id},
+                              {"box", op.box_id},
+                              {"kind", op.kind},
+                              {"phase", static_cast<int>(phase)},
+                              {"detail", detail}});
+  notify_changed();
+}
+
+asio::awaitable<void> BoxManager::finish(const Operation& op, Phase phase, std::string detail) {
+  auto r = co_await store_.finish_operation(op.id, phase, detail);
+  if (!r.ok()) log::warn("operation end not saved", {{"op", op.id}});
+  ++counters_.operations[op.kind + (phase == Phase::kDone ? "_done" : "_failed")];
+  log::info("box operation finished", {{"op", op.id},
+                                       {"box", op.box_id},
+                                       {"kind", op.kind},
+                                       {"result", phase == Phase::kDone ? "done" : "failed"},
+                                       {"detail", detail}});
+  notify_changed();
+}
+
+asio::awaitable<Result<Operation>> BoxManager::start_operation(const Box& box, std::string kind) {
+  auto op = co_await store_.begin_operation(box.id, kind);
+  if (!op.ok()) co_return op.status();
+  runtime(box.id).current_operation = op->id;
+  co_return op;
+}
+
+// ---- readiness ----
+
+asio::awaitable<Status> BoxManager::wait_ready(const Box& box, const std::string& wake_id) {
+  auto deadline = net::after(options_.ready_timeout);
+  Status last = unavailable("agent did not answer");
+  Box probe = box;
+  probe.wake_id = wake_id;
+  while (std::chrono::steady_clock::now() < deadline && !stopping_) {
+    auto endpoint = backend_.address(box.id);
+    if (endpoint.ok()) {
+      auto stream = co_await endpoint->dial(net::after(std::chrono::seconds(1)));
+      if (stream.ok()) {
+        auto conn = http::H2Connection::make(std::move(*stream), http::H2Connection::Side::kClient,
+                                             http::H2Options{});
+        conn->start();
+        grpc::ChannelOptions copts;
+        copts.authority = "agent";
+        // The channel reuses this connection: dial through a channel bound to the endpoint.
+        http::RequestHead head;
+        head.method = "POST";
+        head.path = "/cocoonbox.agent.v1.Session/Hello";
+        head.authority = "agent";
+        head.headers.push_back(
+            http::Header{std::string("content-type"), std::string("application/grpc")});
+        head.headers.push_back(http::Header{std::string("te"), std::string("trailers")});
+        head.headers.push_back(
+            http::Header{std::string("x-cocoonbox-credential"), credential(probe)});
+        auto s = conn->open_stream(head, false);
+        if (s.ok()) {
+          grpc::ClientCall call(*s, copts, net::after(std::chrono::seconds(2)));
+          av1::HelloRequest req;
+          req.set_client("cocoonbox-api");
+          Status w = co_await call.write(req.SerializeAsString());
+          if (w.ok()) w = co_await call.writes_done();
+          auto reply = co_await call.read();
+          Status st = co_await call.finish();
+          if (st.ok() && reply) {
+            av1::HelloResponse resp;
+            if (resp.ParseFromString(*reply) && resp.wake_id() == wake_id) {
+              runtime(box.id).conn = conn;  // keep it for the edge
+              co_return ok_status();
+            }
+            last = unavailable("agent answered for another wake");
+          } else {
+            last = st.ok() ? unavailable("agent sent no Hello reply") : st;
+          }
+        }
+        if (runtime(box.id).conn != conn) conn->close();
+      } else {
+        last = stream.status();
+      }
+    } else {
+      last = endpoint.status();
+    }
+    net::Timer t(executor_, net::after(std::chrono::milliseconds(25)));
+    co_await t.async_wait();
+  }
+  co_return unavailable(fmt::format("agent not ready after {} ms: {}",
+                                    options_.ready_timeout.count(), last.message()));
+}
+
+// Delivers a fresh identity and starts (|fresh|) or thaws the machine, then waits for Hello.
+asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fresh) {
+  auto spec = spec_for(box);
+  std::error_code ec;
+  for (const char* sub : {"workspace", "home", "run"})
+    std::filesystem::create_directories(spec.box_dir / sub, ec);
+  std::string wake_id = new_wake_id();
+  crypto::BoxIdentity identity{box.id, wake_id, key_.key_id, key_.key.public_key()};
+  auto json = crypto::serialize_box_identity(identity);
+  if (!json.ok()) co_return json.status();
+  drop_connection(box.id);
+  CO_RETURN_IF_ERROR(backend_.deliver_identity(spec, *json));
+  if (fresh) {
+    co_await event(op, Phase::kCreating, "starting the machine");
+    CO_RETURN_IF_ERROR(co_await backend_.start(spec));
+  } else {
+    co_await event(op, Phase::kThawing, "waking the machine");
+    CO_RETURN_IF_ERROR(co_await backend_.wake(box.id));
+  }
+  co_await event(op, Phase::kStarting, "waiting for the agent");
+  CO_RETURN_IF_ERROR(co_await wait_ready(box, wake_id));
+  // gcc 12 destroys a conditional-expression temporary argument of a coroutine twice: name it.
+  std::string note = backend_.isolated() ? std::string() : backend_.isolation_note();
+  co_await set_state(box, BoxState::kRunning, std::move(note), wake_id);
+  co_return ok_status();
+}
+
+// ---- operations ----
+
+asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
+  auto alive = alive_;
+  bool fresh = true;
+  if (box.state == BoxState::kHibernated) {
+    auto st = backend_.status(box.id);
+    fresh = !(st.ok() && *st == machines::MachineState::kFrozen);
+  } else if (box.state != BoxState::kAbsent && box.state != BoxState::kFailed) {
+    auto st = backend_.status(box.id);
+    fresh = !(st.ok() && *st == machines::MachineState::kRunning);
+  }
+  if (fresh) {
+    // A machine that is half there (FAILED, crashed) is cleared before a fresh start.
+    (void)co_await backend_.release(box.id, machines::DataPolicy::kKeep);
+  }
+  std::string what = fresh ? "starting" : "waking";
+  co_await set_state(box, BoxState::kStarting, std::move(what));
+  Status st = co_await boot(box, op, fresh);
+  if (!*alive) co_return;
+  if (st.ok()) {
+    co_await finish(op, Phase::kDone, "running");
+  } else {
+    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    co_await finish(op, Phase::kFailed, std::string(st.message()));
+  }
+  release(box.id);
+}
+
+asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
+  auto alive = alive_;
+  co_await set_state(box, BoxState::kHibernating, "freezing");
+  co_await event(op, Phase::kFreezing, "freezing the machine");
+  drop_connection(box.id);
+  Status st = co_await backend_.hibernate(box.id);
+  if (!*alive) co_return;
+  if (st.ok()) {
+    co_await set_state(box, BoxState::kHibernated, "");
+    co_await finish(op, Phase::kDone, "hibernated");
+  } else {
+    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    co_await finish(op, Phase::kFailed, std::string(st.message()));
+  }
+  release(box.id);
+}
+
+asio::awaitable<void> BoxManager::run_recreate(Box box, Operation op, bool preserve_data) {
+  auto alive = alive_;
+  co_await set_state(box, BoxState::kStarting, "recreating");
+  co_await event(op, Phase::kCleaningUp, "releasing the old machine");
+  drop_connection(box.id);
+  Status st = co_await backend_.release(box.id, machines::DataPolicy::kKeep);
+  if (st.ok() && !preserve_data) {
+    auto dir = options_.data_dir / "boxes" / box.id;
+    std::error_code ec;
+    for (const char* sub : {"workspace", "home"}) std::filesystem::remove_all(dir / sub, ec);
+  }
+  if (st.ok()) st = co_await boot(box, op, true);
+  if (!*alive) co_return;
+  if (st.ok()) {
+    std::string what = preserve_data ? "recreated, data kept" : "recreated";
+    co_await finish(op, Phase::kDone, std::move(what));
+  } else {
+    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    co_await finish(op, Phase::kFailed, std::string(st.message()));
+  }
+  release(box.id);
+}
+
+asio::awaitable<void> BoxManager::run_remove(Box box, Operation op) {
+  auto alive = alive_;
+  co_await event(op, Phase::kCleaningUp, "releasing the machine");
+  drop_connection(box.id);
+  Status st = co_await backend_.release(box.id, machines::DataPolicy::kDelete);
+  if (!*alive) co_return;
+  if (st.ok()) {
+    Status m = co_await store_.mark_deleted(box.id);
+    std::error_code ec;
+    std::filesystem::remove_all(options_.data_dir / "boxes" / box.id, ec);
+    notify_changed();
+    if (m.ok()) {
+      co_await finish(op, Phase::kDone, "deleted");
+    } else {
+      co_await finish(op, Phase::kFailed, std::string(m.message()));
+    }
+  } else {
+    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    co_await finish(op, Phase::kFailed, std::string(st.message()));
+  }
+  release(box.id);
+  runtimes_.erase(box.id);
+}
+
+// ---- public verbs ----
+
+asio::awaitable<Result<BoxView>> BoxManager::ensure(int64_t user_id, std::string name, bool wait,
+                                                    std::string* operation_id) {
+  if (name.empty()) name = "main";
+  CO_RETURN_IF_ERROR(validate_box_name(name));
+  auto found = co_await store_.get_box(user_id, name);
+  Box box;
+  if (found.ok()) {
+    box = std::move(*found);
+  } else if (found.status().code() == Code::kNotFound) {
+    auto created =
+        co_await store_.create_box(user_id, name, options_.image, std::string(backend_.name()));
+    if (!created.ok()) co_return created.status();
+    box = std::move(*created);
+    notify_changed();
+  } else {
+    co_return found.status();
+  }
+  CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  // Re-read under the box's lock: another operation may have just changed it.
+  auto fresh = co_await store_.get_box_by_id(box.id);
+  if (fresh.ok()) box = std::move(*fresh);
+  if (box.state == BoxState::kRunning) {
+    release(box.id);
+    if (operation_id != nullptr) operation_id->clear();
+    co_return co_await view(box);
+  }
+  // Quota: starting or waking makes the box count against max_running.
+  auto user = co_await store_.get_user(user_id);
+  auto running = co_await store_.count_running(user_id);
+  if (user.ok() && running.ok() && *running >= user->max_running) {
+    release(box.id);
+    co_return resource_exhausted(
+        fmt::format("max_running quota reached ({} of {} boxes running); hibernate one first",
+                    *running, user->max_running));
+  }
+  auto op = co_await start_operation(box, "ensure");
+  if (!op.ok()) {
+    release(box.id);
+    co_return op.status();
+  }
+  if (operation_id != nullptr) *operation_id = op->id;
+  asio::co_spawn(executor_, run_ensure(box, *op), asio::detached);
+  if (wait) {
+    co_await wait_operation(box.id);
+  } else {
+    // Let the operation mark STARTING before answering.
+    net::Timer t(executor_, net::after(std::chrono::milliseconds(0)));
+    co_await t.async_wait();
+  }
+  auto now = co_await store_.get_box_by_id(box.id);
+  if (!now.ok()) co_return now.status();
+  co_return co_await view(*now);
+}
+
+asio::awaitable<Result<BoxView>> BoxManager::get(int64_t user_id, std::string ref) {
+  if (ref.empty()) ref = "main";
+  auto box = co_await store_.get_box(user_id, ref);
+  if (!box.ok()) co_return box.status();
+  co_return co_await view(*box);
+}
+
+asio::awaitable<Result<std::vector<BoxView>>> BoxManager::list(int64_t user_id) {
+  auto boxes = co_await store_.list_boxes(user_id);
+  if (!boxes.ok()) co_return boxes.status();
+  std::vector<BoxView> out;
+  for (auto& b : *boxes) {
+    auto v = co_await view(std::move(b));
+    out.push_back(std::move(*v));
+  }
+  co_return out;
+}
+
+asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::string ref) {
+  if (ref.empty()) ref = "main";
+  auto found = co_await store_.get_box(user_id, ref);
+  if (!found.ok()) co_return found.status();
+  Box box = std::move(*found);
+  CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  auto fresh = co_await store_.get_box_by_id(box.id);
+  if (fresh.ok()) box = std::move(*fresh);
+  if (box.state != BoxState::kRunning) {
+    release(box.id);
+    co_return failed_precondition(
+        fmt::format("box {} is not running (state {})", box.name, static_cast<int>(box.state)));
+  }
+  auto op = co_await start_operation(box, "hibernate");
+  if (!op.ok()) {
+    release(box.id);
+    co_return op.status();
+  }
+  asio::co_spawn(executor_, run_hibernate(box, *op), asio::detached);
+  co_return *op;
+}
+
+asio::awaitable<Result<Operation>> BoxManager::recreate(int64_t user_id, std::string ref,
+                                                        bool preserve_data) {
+  if (ref.empty()) ref = "main";
+  auto found = co_await store_.get_box(user_id, ref);
+  if (!found.ok()) co_return found.status();
+  Box box = std::move(*found);
+  CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  auto op = co_await start_operation(box, "recreate");
+  if (!op.ok()) {
+    release(box.id);
+    co_return op.status();
+  }
+  asio::co_spawn(executor_, run_recreate(box, *op, preserve_data), asio::detached);
+  co_return *op;
+}
+
+asio::awaitable<Result<Operation>> BoxManager::remove(int64_t user_id, std::string ref) {
+  if (ref.empty()) ref = "main";
+  auto found = co_await store_.get_box(user_id, ref);
+  if (!found.ok()) co_return found.status();
+  Box box = std::move(*found);
+  CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  auto op = co_await start_operation(box, "delete");
+  if (!op.ok()) {
+    release(box.id);
+    co_return op.status();
+  }
+  asio::co_spawn(executor_, run_remove(box, *op), asio::detached);
+  co_return *op;
+}
+
+asio::awaitable<void> BoxManager::release_boxes(std::vector<std::string> box_ids) {
+  for (const auto& id : box_ids) {
+    drop_connection(id);
+    Status st = co_await backend_.release(id, machines::DataPolicy::kDelete);
+    if (!st.ok()) log::warn("release failed", {{"box", id}, {"error", st.to_string()}});
+    std::error_code ec;
+    std::filesystem::remove_all(options_.data_dir / "boxes" / id, ec);
+    runtimes_.erase(id);
+  }
+  notify_changed();
+}
+
+asio::awaitable<Result<std::pair<Box, std::shared_ptr<http::H2Connection>>>> BoxManager::connect(
+    int64_t user_id, std::string ref) {
+  if (ref.empty()) ref = "main";
+  auto found = co_await store_.get_box(user_id, ref);
+  if (!found.ok()) co_return found.status();
+  Box box = std::move(*found);
+  auto& rt = runtime(box.id);
+  if (box.state == BoxState::kRunning && rt.conn && rt.conn->accepting_streams() && !rt.busy)
+    co_return std::make_pair(box, rt.conn);
+  // Not running (or the connection went away): wake or start it as Ensure would.
+  if (box.state != BoxState::kRunning || rt.busy) {
+    auto ensured = co_await ensure(user_id, box.name, true);
+    if (!ensured.ok()) co_return ensured.status();
+    box = ensured->box;
+    if (box.state != BoxState::kRunning)
+      co_return unavailable(fmt::format("box {} did not start: {}", box.name, box.detail));
+  }
+  if (rt.conn && rt.conn->accepting_streams()) co_return std::make_pair(box, rt.conn);
+  auto endpoint = backend_.address(box.id);
+  if (!endpoint.ok()) co_return endpoint.status();
+  auto stream = co_await endpoint->dial(net::after(std::chrono::seconds(5)));
+  if (!stream.ok())
+    co_return unavailable(fmt::format("dial box {}: {}", box.name, stream.status().message()));
+  rt.conn = http::H2Connection::make(std::move(*stream), http::H2Connection::Side::kClient,
+                                     http::H2Options{});
+  rt.conn->start();
+  co_return std::make_pair(box, rt.conn);
+}
+
+// ---- recovery and idling ----
+
+asio::awaitable<void> BoxManager::recover() {
+  auto unfinished = co_await store_.list_unfinished_operations();
+  auto boxes = co_await store_.list_all_boxes();
+  if (!boxes.ok()) {
+    log::error("recovery: cannot list boxes", {{"error", boxes.status().to_string()}});
+    co_return;
+  }
+  for (auto& box : *boxes) {
+    if (box.deleted_at_ms) {
+      // Deleted while no api ran (`cocoonbox api user rm`): its machine is still ours to stop.
+      if (box.state != BoxState::kAbsent) {
+        (void)backend_.adopt(spec_for(box));
+        (void)co_await backend_.release(box.id, machines::DataPolicy::kDelete);
+        co_await set_state(box, BoxState::kAbsent, "deleted");
+      }
+      continue;
+    }
+    auto spec = spec_for(box);
+    Status adopted = backend_.adopt(spec);
+    auto state = backend_.status(box.id);
+    BoxState target = BoxState::kAbsent;
+    std::string detail;
+    if (adopted.ok() && state.ok() && *state == machines::MachineState::kFrozen) {
+      target = BoxState::kHibernated;
+    } else if (adopted.ok() && state.ok() && *state == machines::MachineState::kRunning) {
+      Status ready = co_await wait_ready(box, box.wake_id);
+      target = ready.ok() ? BoxState::kRunning : BoxState::kFailed;
+      if (!ready.ok())
+        detail = "re-adopted machine did not answer: " + std::string(ready.message());
+    } else if (box.state != BoxState::kAbsent) {
+      detail = "machine was gone after an api restart; Ensure starts it again with its data";
+    }
+    if (target != box.state || !detail.empty()) {
+      log::info("recovery: box reconciled", {{"box", box.id},
+                                             {"from", static_cast<int>(box.state)},
+                                             {"to", static_cast<int>(target)}});
+      co_await set_state(box, target, detail);
+    }
+  }
+  if (unfinished.ok()) {
+    for (const auto& op : *unfinished) {
+      auto box = co_await store_.get_box_by_id(op.box_id);
+      std::string now = box.ok() ? fmt::format("state {}", static_cast<int>(box->state)) : "gone";
+      if (op.kind == "delete" && box.ok() && !box->deleted_at_ms) {
+        // A delete that was cut short is finished: the user asked for it.
+        (void)co_await backend_.release(op.box_id, machines::DataPolicy::kDelete);
+        (void)co_await store_.mark_deleted(op.box_id);
+        std::error_code ec;
+        std::filesystem::remove_all(options_.data_dir / "boxes" / op.box_id, ec);
+        co_await finish(op, Phase::kDone, "deleted (resumed after an api restart)");
+        continue;
+      }
+      co_await finish(op, Phase::kFailed,
+                      fmt::format("api restarted during {}; box reconciled to {}", op.kind, now));
+    }
+  }
+}
+
+void BoxManager::start_idle_loop() {
+  if (options_.idle_hibernate.count() <= 0) return;
+  asio::co_spawn(executor_, idle_loop(), asio::detached);
+}
+
+asio::awaitable<void> BoxManager::idle_loop() {
+  auto alive = alive_;
+  auto period =
+      std::min<std::chrono::milliseconds>(options_.idle_hibernate / 4, std::chrono::seconds(5));
+  period = std::max<std::chrono::milliseconds>(period, std::chrono::milliseconds(50));
+  net::Timer t(executor_);
+  while (*alive && !stopping_) {
+    t.expires_after(period);
+    co_await t.async_wait();
+    if (!*alive || stopping_) co_return;
+    auto boxes = co_await store_.list_all_boxes();
+    if (!boxes.ok()) continue;
+    auto now = std::chrono::steady_clock::now();
+    for (auto& box : *boxes) {
+      if (box.deleted_at_ms || box.state != BoxState::kRunning) continue;
+      auto& rt = runtime(box.id);
+      if (rt.attached > 0 || rt.busy || now - rt.last_activity < options_.idle_hibernate) continue;
+      log::info("box idle, hibernating", {{"box", box.id}});
+      auto op = co_await hibernate(box.user_id, box.id);
+      if (!op.ok()) log::warn("idle hibernate failed", {{"box", box.id}});
+    }
+  }
+}
+
+}  // namespace cb::api

@@ -1,0 +1,143 @@
+#pragma once
+// BoxManager runs every box's lifecycle (seed §14.3) on a machines backend and journals it in
+// the store: Ensure creates or wakes, Hibernate freezes, Recreate replaces the machine (keeping
+// /workspace and /home/user when asked), Delete releases it. Each change of a box's state
+// bumps generation() and notifies changed(), which Boxes.Watch follows.
+//
+// Identity (seed §12.1 A): every start and every wake delivers a new identity file with a fresh
+// random wake_id before the box counts as RUNNING, and RUNNING means the agent answered Hello
+// for that wake_id with a credential signed by the edge key.
+//
+// One operation runs per box at a time; a second request for a busy box waits for it.
+// Operations are journaled (phases with offset keys); recover() at start ends unfinished ones
+// as FAILED with a reason and reconciles box states with what the backend really runs.
+//
+// Affinity: the api's executor. The store, backend and key must outlive the manager.
+
+#include "base/result.h"
+#include "http/h2_connection.h"
+#include "net/asio.h"
+#include "net/signal.h"
+#include "roles/api/keys.h"
+#include "roles/api/machines/machines.h"
+#include "roles/api/store/store.h"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cb::api {
+
+struct BoxManagerOptions {
+  std::filesystem::path data_dir;       // boxes live in <data_dir>/boxes/<id>
+  std::vector<std::string> agent_argv;  // how the box's agent is started
+  std::string image = "local";
+  std::chrono::milliseconds ready_timeout{20000};
+  // A RUNNING box with no attached client for this long hibernates (0 = never).
+  std::chrono::milliseconds idle_hibernate{std::chrono::minutes(30)};
+};
+
+struct BoxView {
+  Box box;
+  int attached_clients = 0;
+  bool isolated = true;
+  std::string isolation_note;
+};
+
+class BoxManager {
+ public:
+  BoxManager(net::Executor executor, Store& store, machines::Backend& backend, const EdgeKey& key,
+             BoxManagerOptions options);
+  ~BoxManager();
+  BoxManager(const BoxManager&) = delete;
+  BoxManager& operator=(const BoxManager&) = delete;
+
+  // Creates |name| (default "main") when absent, wakes it when hibernated, restarts it when
+  // its machine is gone. With |wait| returns once RUNNING or FAILED, else at once (STARTING).
+  // |operation_id| (optional) receives the operation's id ("" when nothing had to be done).
+  // Errors: kInvalidArgument (name), kResourceExhausted (quota), kNotFound (user).
+  asio::awaitable<Result<BoxView>> ensure(int64_t user_id, std::string name, bool wait,
+                                          std::string* operation_id = nullptr);
+  // |ref| is a box id or name ("" = "main"). Another user's box is kNotFound.
+  asio::awaitable<Result<BoxView>> get(int64_t user_id, std::string ref);
+  asio::awaitable<Result<std::vector<BoxView>>> list(int64_t user_id);
+  asio::awaitable<Result<Operation>> hibernate(int64_t user_id, std::string ref);
+  asio::awaitable<Result<Operation>> recreate(int64_t user_id, std::string ref, bool preserve_data);
+  asio::awaitable<Result<Operation>> remove(int64_t user_id, std::string ref);
+  // Releases every machine of a removed user (its rows are already marked deleted).
+  asio::awaitable<void> release_boxes(std::vector<std::string> box_ids);
+
+  // The edge: the box RUNNING (woken transparently when HIBERNATED) and a live HTTP/2
+  // connection to its agent. Errors: kNotFound, kUnavailable (cannot start or dial),
+  // kFailedPrecondition (box FAILED).
+  asio::awaitable<Result<std::pair<Box, std::shared_ptr<http::H2Connection>>>> connect(
+      int64_t user_id, std::string ref);
+  // A fresh credential for the box's current wake (exp 10 min).
+  std::string credential(const Box& box) const;
+
+  // Presence: edge streams open to a box. A box with an attached client never idles out.
+  void attach(const std::string& box_id);
+  void detach(const std::string& box_id);
+  int attached(const std::string& box_id) const;
+
+  uint64_t generation() const { return generation_; }
+  net::Signal& changed() { return changed_; }
+
+  // At start: unfinished operations end FAILED with a reason; each box's state is reconciled
+  // with the backend (re-adopting machines that kept running).
+  asio::awaitable<void> recover();
+  // Starts the idle-hibernation loop (no-op when idle_hibernate is 0).
+  void start_idle_loop();
+  void stop();
+
+  // Counters for /metrics.
+  struct Counters {
+    std::map<std::string, uint64_t> operations;  // "<kind>_<done|failed>"
+  };
+  const Counters& counters() const { return counters_; }
+  machines::Backend& backend() { return backend_; }
+
+ private:
+  struct Runtime;  // per box: busy flag, cached agent connection, presence
+  Runtime& runtime(const std::string& box_id);
+  machines::MachineSpec spec_for(const Box& box) const;
+  asio::awaitable<Result<BoxView>> view(Box box);
+  void notify_changed();
+
+  // Serializes operations per box.
+  asio::awaitable<Status> acquire(const std::string& box_id);
+  void release(const std::string& box_id);
+
+  asio::awaitable<Result<Operation>> start_operation(const Box& box, std::string kind);
+  asio::awaitable<void> run_ensure(Box box, Operation op);
+  asio::awaitable<void> run_hibernate(Box box, Operation op);
+  asio::awaitable<void> run_recreate(Box box, Operation op, bool preserve_data);
+  asio::awaitable<void> run_remove(Box box, Operation op);
+  asio::awaitable<Status> boot(Box& box, const Operation& op, bool fresh);
+  asio::awaitable<Status> wait_ready(const Box& box, const std::string& wake_id);
+  asio::awaitable<void> set_state(Box& box, BoxState state, std::string detail,
+                                  std::string wake_id = {});
+  asio::awaitable<void> event(const Operation& op, Phase phase, std::string detail);
+  asio::awaitable<void> finish(const Operation& op, Phase phase, std::string detail);
+  asio::awaitable<void> wait_operation(const std::string& box_id);
+  asio::awaitable<void> idle_loop();
+  void drop_connection(const std::string& box_id);
+
+  net::Executor executor_;
+  Store& store_;
+  machines::Backend& backend_;
+  const EdgeKey& key_;
+  BoxManagerOptions options_;
+  std::map<std::string, std::unique_ptr<Runtime>> runtimes_;
+  uint64_t generation_ = 1;
+  net::Signal changed_;
+  Counters counters_;
+  bool stopping_ = false;
+  std::shared_ptr<bool> alive_;
+};
+
+}  // namespace cb::api

@@ -1,0 +1,151 @@
+#include "roles/api/boxes_service.h"
+
+#include <fmt/format.h>
+
+namespace cb::api {
+
+namespace pb = ::cocoonbox::control::v1;
+
+namespace {
+
+pb::Box to_proto(const BoxView& v) {
+  pb::Box b;
+  b.set_id(v.box.id);
+  b.set_name(v.box.name);
+  b.set_state(static_cast<pb::State>(static_cast<int>(v.box.state)));
+  b.set_image(v.box.image);
+  b.set_backend(v.box.backend);
+  std::string detail = v.box.detail;
+  if (!v.isolated && detail.find(v.isolation_note) == std::string::npos)
+    detail = detail.empty() ? v.isolation_note : detail + "; " + v.isolation_note;
+  b.set_detail(detail);
+  b.set_isolated(v.isolated);
+  b.set_created_at_ms(v.box.created_at_ms);
+  b.set_state_changed_at_ms(v.box.state_changed_at_ms);
+  b.set_attached_clients(v.attached_clients);
+  return b;
+}
+
+pb::Operation to_proto(const Operation& op) {
+  pb::Operation o;
+  o.set_id(op.id);
+  o.set_box_id(op.box_id);
+  o.set_kind(op.kind);
+  o.set_phase(static_cast<pb::Phase>(static_cast<int>(op.phase)));
+  o.set_detail(op.detail);
+  return o;
+}
+
+}  // namespace
+
+Result<std::string_view> bearer_token(const std::string* authorization) {
+  if (authorization == nullptr) return unauthenticated("missing authorization: Bearer <token>");
+  std::string_view v = *authorization;
+  constexpr std::string_view kBearer = "Bearer ";
+  if (v.size() <= kBearer.size() || v.substr(0, kBearer.size()) != kBearer)
+    return unauthenticated("authorization must be \"Bearer <token>\"");
+  return v.substr(kBearer.size());
+}
+
+Result<Principal> BoxesService::principal(const grpc::CallContext& ctx) const {
+  ASSIGN_OR_RETURN(auto token, bearer_token(ctx.metadata("authorization")));
+  return tokens_.authenticate(token);
+}
+
+asio::awaitable<Result<pb::Box>> BoxesService::Ensure(grpc::CallContext& ctx,
+                                                      pb::EnsureRequest&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  std::string op_id;
+  CO_ASSIGN_OR_RETURN(auto v,
+                      co_await manager_.ensure(who.user_id, req.name(), req.wait(), &op_id));
+  if (!op_id.empty()) ctx.add_initial_metadata("x-cocoonbox-operation", op_id);
+  co_return to_proto(v);
+}
+
+asio::awaitable<Result<pb::Box>> BoxesService::Get(grpc::CallContext& ctx, pb::BoxRef&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  CO_ASSIGN_OR_RETURN(auto v, co_await manager_.get(who.user_id, req.box()));
+  co_return to_proto(v);
+}
+
+asio::awaitable<Result<pb::ListBoxesResponse>> BoxesService::List(grpc::CallContext& ctx,
+                                                                  pb::ListBoxesRequest&&) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  CO_ASSIGN_OR_RETURN(auto views, co_await manager_.list(who.user_id));
+  pb::ListBoxesResponse resp;
+  for (const auto& v : views) *resp.add_boxes() = to_proto(v);
+  co_return resp;
+}
+
+asio::awaitable<Status> BoxesService::Watch(grpc::CallContext& ctx, pb::WatchBoxesRequest&&,
+                                            grpc::ServerWriter<pb::ListBoxesResponse>& writer) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  std::string last;
+  for (;;) {
+    uint64_t seen = manager_.generation();
+    CO_ASSIGN_OR_RETURN(auto views, co_await manager_.list(who.user_id));
+    pb::ListBoxesResponse resp;
+    for (const auto& v : views) *resp.add_boxes() = to_proto(v);
+    std::string bytes = resp.SerializeAsString();
+    if (bytes != last) {  // only changes of this user's list are sent
+      CO_RETURN_IF_ERROR(co_await writer.write(resp));
+      last = std::move(bytes);
+    }
+    while (manager_.generation() == seen) {
+      CO_RETURN_IF_ERROR(co_await manager_.changed().wait());
+    }
+  }
+}
+
+asio::awaitable<Result<pb::Operation>> BoxesService::Hibernate(grpc::CallContext& ctx,
+                                                               pb::BoxRef&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  CO_ASSIGN_OR_RETURN(auto op, co_await manager_.hibernate(who.user_id, req.box()));
+  co_return to_proto(op);
+}
+
+asio::awaitable<Result<pb::Operation>> BoxesService::Recreate(grpc::CallContext& ctx,
+                                                              pb::RecreateRequest&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  CO_ASSIGN_OR_RETURN(auto op,
+                      co_await manager_.recreate(who.user_id, req.box(), req.preserve_data()));
+  co_return to_proto(op);
+}
+
+asio::awaitable<Result<pb::Operation>> BoxesService::Delete(grpc::CallContext& ctx,
+                                                            pb::BoxRef&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  CO_ASSIGN_OR_RETURN(auto op, co_await manager_.remove(who.user_id, req.box()));
+  co_return to_proto(op);
+}
+
+asio::awaitable<Status> BoxesService::WatchOperation(
+    grpc::CallContext& ctx, pb::WatchOperationRequest&& req,
+    grpc::ServerWriter<pb::OperationEvent>& writer) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  if (req.operation_id().empty()) co_return invalid_argument("operation_id is required");
+  CO_ASSIGN_OR_RETURN(int64_t after, parse_offset_key(req.offset_key()));
+  CO_ASSIGN_OR_RETURN(auto op, co_await store_.get_operation(req.operation_id()));
+  if (op.user_id != who.user_id)
+    co_return not_found(fmt::format("operation {} not found", req.operation_id()));
+  for (;;) {
+    uint64_t seen = manager_.generation();
+    CO_ASSIGN_OR_RETURN(auto events, co_await store_.events_after(op.id, after));
+    for (const auto& e : events) {
+      pb::OperationEvent ev;
+      ev.set_operation_id(op.id);
+      ev.set_phase(static_cast<pb::Phase>(static_cast<int>(e.phase)));
+      ev.set_detail(e.detail);
+      ev.set_offset_key(offset_key(e.seq));
+      ev.set_at_ms(e.at_ms);
+      CO_RETURN_IF_ERROR(co_await writer.write(ev));
+      after = e.seq;
+      if (e.phase == Phase::kDone || e.phase == Phase::kFailed) co_return ok_status();
+    }
+    while (manager_.generation() == seen) {
+      CO_RETURN_IF_ERROR(co_await manager_.changed().wait());
+    }
+  }
+}
+
+}  // namespace cb::api

@@ -1,0 +1,64 @@
+#include "roles/api/edge.h"
+
+#include "base/log.h"
+#include "grpc/wire.h"
+#include "http/relay.h"
+#include "roles/api/boxes_service.h"
+
+namespace cb::api {
+
+asio::awaitable<void> respond_grpc_error(http::ServerRequest& req, const Status& status) {
+  http::Headers h;
+  h.push_back(http::Header{std::string("content-type"), std::string("application/grpc")});
+  h.push_back(
+      http::Header{std::string("grpc-status"), std::to_string(static_cast<int>(status.code()))});
+  h.push_back(http::Header{std::string("grpc-message"), grpc::percent_encode(status.message())});
+  (void)co_await req.send_headers(200, h, true);
+}
+
+void Edge::register_with(http::Router& router) {
+  router.handle_prefix("POST", "/cocoonbox.agent.v1.",
+                       [this](http::ServerRequest& req) { return handle(req); });
+}
+
+asio::awaitable<void> Edge::handle(http::ServerRequest& req) {
+  const auto& in = req.head();
+  auto token = bearer_token(http::find_header(in.headers, "authorization"));
+  Result<Principal> who =
+      token.ok() ? tokens_.authenticate(*token) : Result<Principal>(token.status());
+  if (!who.ok()) {
+    ++counters_.refused_total;
+    co_await respond_grpc_error(req, who.status());
+    co_return;
+  }
+  const std::string* ref = http::find_header(in.headers, "x-cocoonbox-box");
+  std::string box_ref = ref != nullptr ? *ref : std::string();
+  auto target = co_await manager_.connect(who->user_id, std::move(box_ref));
+  if (!target.ok()) {
+    ++counters_.refused_total;
+    co_await respond_grpc_error(req, target.status());
+    co_return;
+  }
+  auto& [box, conn] = *target;
+  http::RequestHead head = in;
+  // The user's token never reaches the box; a client cannot supply its own credential.
+  std::erase_if(head.headers, [](const http::Header& h) {
+    return h.name == "authorization" || h.name == "x-cocoonbox-credential" ||
+           h.name == "x-cocoonbox-box";
+  });
+  head.headers.push_back(
+      http::Header{std::string("x-cocoonbox-credential"), manager_.credential(box)});
+  ++counters_.streams_total;
+  ++counters_.streams_open;
+  manager_.attach(box.id);
+  http::RelayStats stats;
+  Status st = co_await http::relay(req, *conn, head, &stats);
+  manager_.detach(box.id);
+  --counters_.streams_open;
+  counters_.bytes_to_box += stats.request_bytes;
+  counters_.bytes_from_box += stats.response_bytes;
+  if (!st.ok())
+    log::debug("edge relay ended", {{"box", box.id}, {"path", in.path}, {"error", st.to_string()}});
+}
+
+}  // namespace cb::api
