@@ -70,7 +70,7 @@ class Planner {
 
   std::vector<MountOp> run(const Node& root) {
     structure(root, "/", /*parent_is_mount=*/false);
-    ops_.push_back(MountOp{MountOpKind::kReadOnlyTree, {}, layout_.new_root.string()});
+    ops_.push_back(MountOp{MountOpKind::kReadOnlyTree, {}, layout_.new_root.string(), {}});
     mounts(root, "/", /*parent_is_mount=*/false);
     return std::move(ops_);
   }
@@ -119,7 +119,7 @@ class Planner {
       if (fs::is_symlink(link_status)) {
         auto link = fs::read_symlink(entry.path(), type_ec);
         if (type_ec) continue;
-        ops_.push_back(MountOp{MountOpKind::kSymlink, link.string(), target(child)});
+        ops_.push_back(MountOp{MountOpKind::kSymlink, link.string(), target(child), {}});
       } else if (fs::is_directory(link_status)) {
         mkdir(child, static_cast<uint32_t>(link_status.permissions()));
         ops_.push_back(MountOp{MountOpKind::kBindHost,

@@ -1,7 +1,7 @@
 #include "db/database.h"
 
 #include "db/statement.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,7 @@
 namespace cb::db {
 namespace {
 
-using testing::TempDir;
+using test::TempDir;
 
 Database open_or_fail(const std::filesystem::path& path, const OpenOptions& options = {}) {
   auto db = Database::open(path, options);

@@ -1,7 +1,7 @@
 #include "db/migrate.h"
 
 #include "db/database.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 namespace cb::db {
 namespace {
 
-using testing::TempDir;
+using test::TempDir;
 
 constexpr Migration kV1[] = {
     {1, "CREATE TABLE box (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"},

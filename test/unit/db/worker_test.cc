@@ -1,6 +1,6 @@
 #include "db/worker.h"
 
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -18,7 +18,7 @@ namespace cb::db {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::TempDir;
+using test::TempDir;
 
 constexpr Migration kSchema[] = {
     {1, "CREATE TABLE log (seq INTEGER PRIMARY KEY, caller INTEGER NOT NULL);"},

@@ -1,7 +1,7 @@
 #include "proc/spawn.h"
 
 #include "proc/user.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -23,7 +23,7 @@ namespace cb::proc {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::TempDir;
+using test::TempDir;
 
 constexpr const char* kPath = "PATH=/usr/bin:/bin";
 

@@ -1,6 +1,6 @@
 #include "proc/user.h"
 
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 namespace cb::proc {
 namespace {
 
-using testing::TempDir;
+using test::TempDir;
 
 TEST_CASE("lookup_user: reads passwd and collects supplementary groups", "[proc][unit]") {
   TempDir dir;

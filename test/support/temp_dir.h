@@ -7,12 +7,12 @@
 #include <string>
 #include <system_error>
 
-namespace cb::db::testing {
+namespace cb::test {
 
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cb-db-test-XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "cb-test-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
   }
   ~TempDir() {
@@ -29,4 +29,4 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-}  // namespace cb::db::testing
+}  // namespace cb::test
