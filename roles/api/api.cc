@@ -188,7 +188,7 @@ int serve(const Config& cfg) {
   box_options.agent_argv = {exe,          "agent",
                             "--socket",   "/run/cocoonbox/agent.sock",
                             "--identity", "/run/cocoonbox/identity",
-                            "--data-dir", "/home/user/.cocoonbox-agent"};
+                            "--data-dir", "/var/lib/cocoonbox-agent"};
   box_options.idle_hibernate = *idle;
   BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);
   TokenIndex tokens(**store);

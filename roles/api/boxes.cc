@@ -253,6 +253,18 @@ asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fre
   auto json = crypto::serialize_box_identity(identity);
   if (!json.ok()) co_return json.status();
   drop_connection(box.id);
+  // The box sees the host's / read-only but its own /tmp, so the api's binary may not be
+  // visible there (a build tree under /tmp): each boot copies it into the box's run dir.
+  // A copy, not a link: the run dir is writable by the box, the api's binary must not be.
+  if (fresh && !spec.agent_argv.empty()) {
+    std::filesystem::copy_file(spec.agent_argv[0], spec.box_dir / "run" / "cocoonbox",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec)
+      co_return unavailable(fmt::format("copy the agent binary into the box: {}", ec.message()));
+    std::filesystem::permissions(spec.box_dir / "run" / "cocoonbox", std::filesystem::perms(0755),
+                                 ec);
+    spec.agent_argv[0] = "/run/cocoonbox/cocoonbox";
+  }
   CO_RETURN_IF_ERROR(backend_.deliver_identity(spec, *json));
   if (fresh) {
     co_await event(op, Phase::kCreating, "starting the machine");
