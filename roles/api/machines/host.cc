@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <signal.h>
 #include <sstream>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -57,6 +58,24 @@ Result<ProcStat> read_proc_stat(pid_t pid) {
   in >> st.start_time;
   if (!in) return internal_error(fmt::format("/proc/{}/stat: unparseable", pid));
   return st;
+}
+
+bool stopped_or_stopping(pid_t pid) {
+  auto st = read_proc_stat(pid);
+  if (!st.ok() || st->state == 'Z' || st->state == 'X' || st->state == 'T' || st->state == 't') {
+    return true;
+  }
+  auto status = read_small_file(fmt::format("/proc/{}/status", pid));
+  if (!status.ok()) return true;
+  // "SigPnd:\t0000000000040000": signal n is bit n-1 of the hex mask (proc(5)).
+  std::istringstream in(*status);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("SigPnd:") && !line.starts_with("ShdPnd:")) continue;
+    uint64_t mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+    if (mask & (uint64_t{1} << (SIGSTOP - 1))) return true;
+  }
+  return false;
 }
 
 std::vector<pid_t> list_pids() {

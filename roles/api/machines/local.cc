@@ -355,6 +355,17 @@ asio::awaitable<Result<std::optional<cb_box_report>>> read_report(proc::Descript
   co_return internal_error("box start: truncated report");
 }
 
+// Runs |op| with throw_if_cancelled off, so that the cleanup after a cancellation (killing
+// a half-started tree, thawing a half-frozen one) can still co_await, and gives the caller its
+// own setting back afterwards: Asio keeps the flag for the whole coroutine thread.
+asio::awaitable<Status> uninterruptible(asio::awaitable<Status> op) {
+  bool previous = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  Status result = co_await std::move(op);
+  co_await asio::this_coro::throw_if_cancelled(previous);
+  co_return result;
+}
+
 // Waits one poll interval. kDeadlineExceeded once |deadline| has passed; kCancelled when the
 // caller's operation was cancelled.
 asio::awaitable<Status> pause(net::Deadline deadline) {
@@ -776,8 +787,7 @@ Status LocalBackend::deliver_identity(const MachineSpec& spec, std::string_view 
   return internal::write_atomically(spec.box_dir / "run" / kIdentityFile, identity_json, 0644);
 }
 
-asio::awaitable<Status> LocalBackend::start(MachineSpec spec) {
-  co_await asio::this_coro::throw_if_cancelled(false);
+asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
   CO_RETURN_IF_ERROR(validate_spec(spec));
   if (auto old = find(spec.box_id)) {
     if (old->busy)
@@ -982,11 +992,7 @@ asio::awaitable<Status> LocalBackend::sigstop_all(Box& box, net::Deadline deadli
   while (true) {
     bool all_stopped = true;
     for (pid_t pid : box_pids(box)) {
-      auto st = read_proc_stat(pid);
-      if (!st.ok() || st->state == 'Z' || st->state == 'X' || st->state == 'T' ||
-          st->state == 't') {
-        continue;
-      }
+      if (internal::stopped_or_stopping(pid)) continue;
       all_stopped = false;
       ::kill(pid, SIGSTOP);
     }
@@ -997,8 +1003,7 @@ asio::awaitable<Status> LocalBackend::sigstop_all(Box& box, net::Deadline deadli
   }
 }
 
-asio::awaitable<Status> LocalBackend::hibernate(std::string box_id) {
-  co_await asio::this_coro::throw_if_cancelled(false);
+asio::awaitable<Status> LocalBackend::hibernate_impl(std::string box_id) {
   auto box = find(box_id);
   if (!box) co_return not_found(fmt::format("no box {}", box_id));
   if (box->busy) co_return aborted(fmt::format("box {}: another operation is running", box_id));
@@ -1031,8 +1036,7 @@ asio::awaitable<Status> LocalBackend::hibernate(std::string box_id) {
   co_return result;
 }
 
-asio::awaitable<Status> LocalBackend::wake(std::string box_id) {
-  co_await asio::this_coro::throw_if_cancelled(false);
+asio::awaitable<Status> LocalBackend::wake_impl(std::string box_id) {
   auto box = find(box_id);
   if (!box) co_return not_found(fmt::format("no box {}", box_id));
   if (box->busy) co_return aborted(fmt::format("box {}: another operation is running", box_id));
@@ -1087,6 +1091,18 @@ asio::awaitable<Status> LocalBackend::kill_tree(Box& box) {
     (void)stopped;
     auto pids = box_pids(box);
     for (auto it = pids.rbegin(); it != pids.rend(); ++it) ::kill(*it, SIGKILL);
+    // Nothing else waits for them: SIGKILL is asynchronous, and the init's death does not
+    // take the others along without a pid namespace.
+    auto dying = [&]() {
+      return std::any_of(pids.begin(), pids.end(), [](pid_t pid) {
+        auto st = read_proc_stat(pid);
+        return st.ok() && st->state != 'Z' && st->state != 'X';
+      });
+    };
+    while (dying()) {
+      Status waited = co_await pause(deadline);
+      if (!waited.ok()) break;  // wait_gone() below reports it
+    }
   }
   Status gone = co_await wait_gone(box, deadline);
   if (gone.code() == Code::kDeadlineExceeded) {
@@ -1137,8 +1153,7 @@ asio::awaitable<Status> LocalBackend::forget(std::shared_ptr<Box> box, DataPolic
   co_return ok_status();
 }
 
-asio::awaitable<Status> LocalBackend::release(std::string box_id, DataPolicy data) {
-  co_await asio::this_coro::throw_if_cancelled(false);
+asio::awaitable<Status> LocalBackend::release_impl(std::string box_id, DataPolicy data) {
   auto box = find(box_id);
   if (!box) co_return not_found(fmt::format("no box {}", box_id));
   if (box->busy) co_return aborted(fmt::format("box {}: another operation is running", box_id));
@@ -1152,6 +1167,22 @@ asio::awaitable<Status> LocalBackend::release(std::string box_id, DataPolicy dat
   box->busy = false;
   if (forgotten.ok()) log_box("machines: box released", box_id);
   co_return forgotten;
+}
+
+asio::awaitable<Status> LocalBackend::start(MachineSpec spec) {
+  return uninterruptible(start_impl(std::move(spec)));
+}
+
+asio::awaitable<Status> LocalBackend::hibernate(std::string box_id) {
+  return uninterruptible(hibernate_impl(std::move(box_id)));
+}
+
+asio::awaitable<Status> LocalBackend::wake(std::string box_id) {
+  return uninterruptible(wake_impl(std::move(box_id)));
+}
+
+asio::awaitable<Status> LocalBackend::release(std::string box_id, DataPolicy data) {
+  return uninterruptible(release_impl(std::move(box_id), data));
 }
 
 Result<MachineState> LocalBackend::status(std::string_view box_id) {

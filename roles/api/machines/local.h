@@ -119,6 +119,12 @@ class LocalBackend final : public Backend {
   struct AgentCommand;
   explicit LocalBackend(LocalOptions options);
 
+  // The lifecycle coroutines; the public ones run them through uninterruptible() (local.cc).
+  asio::awaitable<Status> start_impl(MachineSpec spec);
+  asio::awaitable<Status> hibernate_impl(std::string box_id);
+  asio::awaitable<Status> wake_impl(std::string box_id);
+  asio::awaitable<Status> release_impl(std::string box_id, DataPolicy data);
+
   std::shared_ptr<Box> find(std::string_view box_id);
   bool alive(Box& box);
   bool frozen(Box& box);

@@ -131,6 +131,10 @@ struct ProcStat {
 };
 // Errors: kNotFound (no such process); kInternal (unparseable).
 Result<ProcStat> read_proc_stat(pid_t pid);
+// True if |pid| is gone, a zombie, stopped (state T or t), or has a SIGSTOP pending: a task
+// in an uninterruptible wait (a vfork parent whose child was stopped before its exec) takes
+// the stop only when it leaves the kernel, and runs no user code before that.
+bool stopped_or_stopping(pid_t pid);
 // Every pid in /proc, ascending.
 std::vector<pid_t> list_pids();
 // The inode of /proc/<pid>/ns/pid, or 0.

@@ -157,7 +157,8 @@ MachineSpec counting_spec(const fs::path& base, const std::string& id,
 }
 
 // Kills and removes whatever the listed boxes left behind, even when a test failed half
-// way and whatever Backend object started them is gone.
+// way and whatever Backend object started them is gone. It finds the trees through their
+// machine.json, so declare it after the TempDir that holds box_dir (destroyed before it).
 class Janitor {
  public:
   explicit Janitor(LocalOptions options) : options_(std::move(options)) {}
@@ -245,16 +246,17 @@ TEST_CASE("LocalBackend: an isolated box has its own namespaces, a read-only / a
     return;
   }
   LocalOptions options = test_options();
+  TempDir dir;
+  // World-writable on the host, so only a read-only mount can stop the box's user.
+  TempDir probe("/var/tmp");
+  ::chmod(probe.path().c_str(), 0777);
+  // Declared after the directories: it must kill the trees before their box_dir goes.
   Janitor janitor(options);
   auto backend = make_backend(options);
   if (!backend->isolated()) {
     WARN("namespaces refused here: " << backend->isolation_note());
     return;
   }
-  TempDir dir;
-  // World-writable on the host, so only a read-only mount can stop the box's user.
-  TempDir probe("/var/tmp");
-  ::chmod(probe.path().c_str(), 0777);
   MachineSpec spec = counting_spec(dir.path(), unique_id("iso"), probe.path());
   janitor.watch(spec);
   REQUIRE(backend->deliver_identity(spec, R"({"box_id":"x"})").ok());
@@ -296,13 +298,13 @@ TEST_CASE("LocalBackend: an isolated box has its own namespaces, a read-only / a
 
 // Hibernate, check the tree is frozen, wake, check the same processes go on.
 void check_freeze_cycle(const LocalOptions& options, FreezeMethod expected) {
+  TempDir dir;
   Janitor janitor(options);
   auto backend = make_backend(options);
   if (backend->freeze_method() != expected) {
     WARN("this host freezes by " << to_string(backend->freeze_method()) << ", skipping");
     return;
   }
-  TempDir dir;
   MachineSpec spec = counting_spec(dir.path(), unique_id("frz"));
   janitor.watch(spec);
   start_counting(*backend, spec);
@@ -314,6 +316,7 @@ void check_freeze_cycle(const LocalOptions& options, FreezeMethod expected) {
   std::string agent_pid = read_text(spec.box_dir / "run" / "pid");
 
   Status frozen = run(backend->hibernate(spec.box_id));
+  INFO(frozen.to_string());
   REQUIRE(frozen.ok());
   auto state = backend->status(spec.box_id);
   REQUIRE(state.ok());
@@ -324,10 +327,10 @@ void check_freeze_cycle(const LocalOptions& options, FreezeMethod expected) {
   } else {
     auto frozen_pids = backend->processes(spec.box_id);
     REQUIRE(frozen_pids.ok());
-    for (pid_t pid : *frozen_pids) {
-      auto st = internal::read_proc_stat(pid);
-      if (st.ok()) CHECK(st->state == 'T');
-    }
+    for (pid_t pid : *frozen_pids) CHECK(internal::stopped_or_stopping(pid));
+    auto init = internal::read_proc_stat(frozen_pids->front());
+    REQUIRE(init.ok());
+    CHECK(init->state == 'T');
   }
   // Not a timing assertion: any progress at all in half a second would be a bug.
   long a = read_counter(counter);
@@ -388,11 +391,11 @@ TEST_CASE("LocalBackend: plain processes keep the layout and say they are not is
           "[api][machines][integration]") {
   LocalOptions options = test_options();
   options.force_plain_processes = true;
+  TempDir dir;
   Janitor janitor(options);
   auto backend = make_backend(options);
   CHECK(!backend->isolated());
   CHECK(backend->isolation_note().find("NOT ISOLATED") != std::string::npos);
-  TempDir dir;
   MachineSpec spec = counting_spec(dir.path(), unique_id("plain"));
   janitor.watch(spec);
   REQUIRE(backend->deliver_identity(spec, "{}").ok());
@@ -420,8 +423,8 @@ TEST_CASE("LocalBackend: a new backend adopts the running tree", "[api][machines
     options.force_plain_processes = true;
     options.disable_cgroups = true;
   }
-  Janitor janitor(options);
   TempDir dir;
+  Janitor janitor(options);
   MachineSpec spec = counting_spec(dir.path(), unique_id("adopt"));
   janitor.watch(spec);
   pid_t init = 0;
@@ -463,8 +466,8 @@ TEST_CASE("LocalBackend: a new backend adopts the running tree", "[api][machines
 TEST_CASE("LocalBackend: the tree survives the process that started it",
           "[api][machines][integration]") {
   LocalOptions options = test_options();
-  Janitor janitor(options);
   TempDir dir;
+  Janitor janitor(options);
   MachineSpec spec = counting_spec(dir.path(), unique_id("orphan"));
   janitor.watch(spec);
   // The box's init is reparented to us when its starter exits, so we can reap it later
@@ -509,9 +512,9 @@ TEST_CASE("LocalBackend: deliver_identity replaces the identity file atomically"
           "[api][machines][unit]") {
   LocalOptions options = test_options();
   options.force_plain_processes = true;
+  TempDir dir;
   Janitor janitor(options);  // create() makes the cgroup parent
   auto backend = make_backend(options);
-  TempDir dir;
   MachineSpec spec = counting_spec(dir.path(), unique_id("id"));
   const fs::path identity = spec.box_dir / "run" / std::string(kIdentityFile);
 
@@ -583,9 +586,9 @@ TEST_CASE("LocalBackend: address() dials the agent's unix socket", "[api][machin
   LocalOptions options = test_options();
   SECTION("isolated (when root)") {}
   SECTION("plain processes") { options.force_plain_processes = true; }
+  TempDir dir;
   Janitor janitor(options);
   auto backend = make_backend(options);
-  TempDir dir;
   MachineSpec spec;
   spec.box_id = unique_id("dial");
   spec.box_dir = dir.path() / "boxes" / spec.box_id;
@@ -623,9 +626,9 @@ TEST_CASE("LocalBackend: address() dials the agent's unix socket", "[api][machin
 TEST_CASE("LocalBackend: start refuses bad specs, twins and missing programs",
           "[api][machines][integration]") {
   LocalOptions options = test_options();
+  TempDir dir;
   Janitor janitor(options);
   auto backend = make_backend(options);
-  TempDir dir;
 
   MachineSpec bad = counting_spec(dir.path(), "Not_A_Valid_Id");
   CHECK(run(backend->start(bad)).code() == Code::kInvalidArgument);
@@ -681,9 +684,9 @@ TEST_CASE("LocalBackend: start refuses bad specs, twins and missing programs",
 TEST_CASE("LocalBackend: an agent that ends on its own leaves an exited box",
           "[api][machines][integration]") {
   LocalOptions options = test_options();
+  TempDir dir;
   Janitor janitor(options);
   auto backend = make_backend(options);
-  TempDir dir;
   MachineSpec spec = counting_spec(dir.path(), unique_id("exit"));
   spec.agent_argv = {"/bin/sh", "-c", "sleep 0.2; exit 3"};
   // Limits: applied where the controllers exist, noted and skipped elsewhere (as on hybrid
@@ -753,8 +756,8 @@ TEST_CASE("LocalBackend: an api that is not root runs boxes as its own plain pro
     return;
   }
   LocalOptions options = test_options();
-  Janitor janitor(options);
   TempDir dir;
+  Janitor janitor(options);
   REQUIRE(::chown(dir.path().c_str(), 65534, 65534) == 0);
   MachineSpec spec = counting_spec(dir.path(), unique_id("nobody"));
   janitor.watch(spec);
