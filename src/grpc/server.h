@@ -210,31 +210,42 @@ namespace internal {
 // Reads exactly one request message for unary and server-streaming methods.
 // Errors: kInternal when the client sent zero or several messages.
 asio::awaitable<Result<std::string>> read_single(ServerCall& call);
+
+// The one request of a unary or server-streaming call, parsed.
+// Errors: as read_single, plus kInternal for an unparsable message.
+template <typename Req>
+asio::awaitable<Result<Req>> read_request(ServerCall& call) {
+  CO_ASSIGN_OR_RETURN(auto bytes, co_await read_single(call));
+  Req req;
+  if (!req.ParseFromString(bytes)) co_return internal_error("request message failed to parse");
+  co_return req;
+}
+
+// Ends a call that has one response: sends it and OK, or the handler's error.
+template <typename Resp>
+asio::awaitable<void> finish_single(ServerCall& call, const Result<Resp>& resp) {
+  if (!resp.ok()) {
+    co_await call.finish(resp.status());
+    co_return;
+  }
+  ServerWriter<Resp> writer(call);
+  Status st = co_await writer.write(*resp);
+  co_await call.finish(st);
+}
 }  // namespace internal
 
 template <typename Req, typename Resp>
 void Server::add_unary(std::string path,
                        std::function<asio::awaitable<Result<Resp>>(CallContext&, Req&&)> fn) {
   add_method(std::move(path), [fn = std::move(fn)](ServerCall& call) -> asio::awaitable<void> {
-    auto bytes = co_await internal::read_single(call);
-    if (!bytes.ok()) {
-      co_await call.finish(bytes.status());
-      co_return;
-    }
-    Req req;
-    if (!req.ParseFromString(*bytes)) {
-      co_await call.finish(internal_error("request message failed to parse"));
+    auto req = co_await internal::read_request<Req>(call);
+    if (!req.ok()) {
+      co_await call.finish(req.status());
       co_return;
     }
     CallContext ctx(call);
-    Result<Resp> resp = co_await fn(ctx, std::move(req));
-    if (!resp.ok()) {
-      co_await call.finish(resp.status());
-      co_return;
-    }
-    ServerWriter<Resp> writer(call);
-    Status st = co_await writer.write(*resp);
-    co_await call.finish(st);
+    Result<Resp> resp = co_await fn(ctx, std::move(*req));
+    co_await internal::finish_single(call, resp);
   });
 }
 
@@ -243,19 +254,14 @@ void Server::add_server_streaming(
     std::string path,
     std::function<asio::awaitable<Status>(CallContext&, Req&&, ServerWriter<Resp>&)> fn) {
   add_method(std::move(path), [fn = std::move(fn)](ServerCall& call) -> asio::awaitable<void> {
-    auto bytes = co_await internal::read_single(call);
-    if (!bytes.ok()) {
-      co_await call.finish(bytes.status());
-      co_return;
-    }
-    Req req;
-    if (!req.ParseFromString(*bytes)) {
-      co_await call.finish(internal_error("request message failed to parse"));
+    auto req = co_await internal::read_request<Req>(call);
+    if (!req.ok()) {
+      co_await call.finish(req.status());
       co_return;
     }
     CallContext ctx(call);
     ServerWriter<Resp> writer(call);
-    Status st = co_await fn(ctx, std::move(req), writer);
+    Status st = co_await fn(ctx, std::move(*req), writer);
     co_await call.finish(st);
   });
 }
@@ -268,13 +274,7 @@ void Server::add_client_streaming(
     CallContext ctx(call);
     ServerReader<Req> reader(call);
     Result<Resp> resp = co_await fn(ctx, reader);
-    if (!resp.ok()) {
-      co_await call.finish(resp.status());
-      co_return;
-    }
-    ServerWriter<Resp> writer(call);
-    Status st = co_await writer.write(*resp);
-    co_await call.finish(st);
+    co_await internal::finish_single(call, resp);
   });
 }
 
