@@ -62,6 +62,8 @@ Status Statement::bind_double(int index, double value) {
 }
 
 Status Statement::bind_text(int index, std::string_view value) {
+  // A default string_view has a null pointer, which SQLite would bind as NULL: bind "".
+  if (value.data() == nullptr) value = std::string_view("", 0);
   return bind_result(
       sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
       db_, index);

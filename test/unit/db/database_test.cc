@@ -119,6 +119,19 @@ TEST_CASE("Statement: an empty blob is stored as a blob, not null", "[db][unit]"
   CHECK(st->column_int64(1) == 0);
 }
 
+TEST_CASE("Statement: an empty text, even a default string_view, is text, not null", "[db][unit]") {
+  Database db = open_or_fail(":memory:");
+  auto st = db.prepare("SELECT typeof(?1), typeof(?2)");
+  REQUIRE(st.ok());
+  REQUIRE(st->bind_text(1, std::string_view()).ok());  // null data pointer
+  REQUIRE(st->bind_text(2, "").ok());
+  auto row = st->step();
+  REQUIRE(row.ok());
+  REQUIRE(*row);
+  CHECK(st->column_text(0) == "text");
+  CHECK(st->column_text(1) == "text");
+}
+
 TEST_CASE("Database: prepared statements are cached by SQL text and reset on release",
           "[db][unit]") {
   Database db = open_or_fail(":memory:");
