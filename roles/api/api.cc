@@ -281,7 +281,8 @@ int serve(const Config& cfg) {
                                 {"data_dir", data_dir.string()},
                                 {"backend", std::string((*backend)->name())},
                                 {"isolated", (*backend)->isolated()}});
-        // Admin changes made by another process (user add, token revoke) apply within a second.
+        // Admin changes made by another process (user add or rm, token revoke) apply within a
+        // second.
         net::Timer t(co_await asio::this_coro::executor);
         for (;;) {
           t.expires_after(std::chrono::milliseconds(500));
@@ -289,6 +290,8 @@ int serve(const Config& cfg) {
           if (ec2) co_return;
           auto r = co_await tokens.refresh_if_changed();
           if (!r.ok()) log::warn("token index refresh", {{"error", r.status().to_string()}});
+          // A `user rm` marks the user's boxes deleted; their machines are stopped here.
+          if (r.ok() && *r) co_await manager.release_deleted();
         }
       },
       asio::detached);

@@ -1,5 +1,6 @@
 #include "roles/api/boxes.h"
 
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "crypto/credential.h"
@@ -28,6 +29,23 @@ namespace {
 constexpr auto kCredentialLifetime = std::chrono::minutes(10);
 
 std::string new_wake_id() { return "wk_" + crypto::random_token(crypto::system_random(), 12); }
+
+constexpr std::string_view kPreserveData = "preserve_data";
+
+// The failpoints of the box lifecycle (base/failpoint.h), for crash tests:
+//   boxes.ensure.started   the machine is started or thawed, the agent not yet confirmed
+//   boxes.hibernate.frozen the machine is frozen, the box not yet recorded HIBERNATED
+// Action "pause": the operation stops there (the process is meant to be killed).
+asio::awaitable<void> failpoint(std::string_view name) {
+  if (failpoint_action(name) != "pause") co_return;
+  log::warn("failpoint reached: operation paused", {{"failpoint", std::string(name)}});
+  net::Timer t(co_await asio::this_coro::executor);
+  for (;;) {
+    t.expires_after(std::chrono::hours(1));
+    auto [ec] = co_await t.async_wait();
+    if (ec) co_return;
+  }
+}
 }  // namespace
 
 BoxManager::BoxManager(net::Executor executor, Store& store, machines::Backend& backend,
@@ -81,6 +99,8 @@ std::string BoxManager::credential(const Box& box) const {
 asio::awaitable<Result<BoxView>> BoxManager::view(Box box) {
   BoxView v;
   v.attached_clients = attached(box.id);
+  if (auto it = runtimes_.find(box.id); it != runtimes_.end() && it->second->busy)
+    v.operation_id = it->second->current_operation;
   v.isolated = backend_.isolated();
   v.isolation_note = backend_.isolation_note();
   v.box = std::move(box);
@@ -174,8 +194,9 @@ asio::awaitable<void> BoxManager::finish(const Operation& op, Phase phase, std::
   notify_changed();
 }
 
-asio::awaitable<Result<Operation>> BoxManager::start_operation(const Box& box, std::string kind) {
-  auto op = co_await store_.begin_operation(box.id, kind);
+asio::awaitable<Result<Operation>> BoxManager::start_operation(const Box& box, std::string kind,
+                                                               std::string params) {
+  auto op = co_await store_.begin_operation(box.id, kind, params);
   if (!op.ok()) co_return op.status();
   runtime(box.id).current_operation = op->id;
   co_return op;
@@ -273,6 +294,7 @@ asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fre
     co_await event(op, Phase::kThawing, "waking the machine");
     CO_RETURN_IF_ERROR(co_await backend_.wake(box.id));
   }
+  co_await failpoint("boxes.ensure.started");
   co_await event(op, Phase::kStarting, "waiting for the agent");
   CO_RETURN_IF_ERROR(co_await wait_ready(box, wake_id));
   // gcc 12 destroys a conditional-expression temporary argument of a coroutine twice: name it.
@@ -285,13 +307,14 @@ asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fre
 
 asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
   auto alive = alive_;
+  // A machine that is there, frozen or running, is woken (wake() is idempotent on a running
+  // one): its processes are kept. That includes a box left STARTING or HIBERNATING by an api
+  // crash. An ABSENT or FAILED box starts afresh.
   bool fresh = true;
-  if (box.state == BoxState::kHibernated) {
+  if (box.state != BoxState::kAbsent && box.state != BoxState::kFailed) {
     auto st = backend_.status(box.id);
-    fresh = !(st.ok() && *st == machines::MachineState::kFrozen);
-  } else if (box.state != BoxState::kAbsent && box.state != BoxState::kFailed) {
-    auto st = backend_.status(box.id);
-    fresh = !(st.ok() && *st == machines::MachineState::kRunning);
+    fresh = !(st.ok() &&
+              (*st == machines::MachineState::kFrozen || *st == machines::MachineState::kRunning));
   }
   if (fresh) {
     // A machine that is half there (FAILED, crashed) is cleared before a fresh start.
@@ -316,6 +339,7 @@ asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
   co_await event(op, Phase::kFreezing, "freezing the machine");
   drop_connection(box.id);
   Status st = co_await backend_.hibernate(box.id);
+  if (st.ok()) co_await failpoint("boxes.hibernate.frozen");
   if (!*alive) co_return;
   if (st.ok()) {
     co_await set_state(box, BoxState::kHibernated, "");
@@ -477,7 +501,8 @@ asio::awaitable<Result<Operation>> BoxManager::recreate(int64_t user_id, std::st
   if (!found.ok()) co_return found.status();
   Box box = std::move(*found);
   CO_RETURN_IF_ERROR(co_await acquire(box.id));
-  auto op = co_await start_operation(box, "recreate");
+  std::string params = preserve_data ? std::string(kPreserveData) : std::string();
+  auto op = co_await start_operation(box, "recreate", std::move(params));
   if (!op.ok()) {
     release(box.id);
     co_return op.status();
@@ -499,6 +524,33 @@ asio::awaitable<Result<Operation>> BoxManager::remove(int64_t user_id, std::stri
   }
   asio::co_spawn(executor_, run_remove(box, *op), asio::detached);
   co_return *op;
+}
+
+asio::awaitable<void> BoxManager::release_deleted() {
+  auto boxes = co_await store_.list_all_boxes();
+  if (!boxes.ok()) {
+    log::error("cannot list boxes", {{"error", boxes.status().to_string()}});
+    co_return;
+  }
+  for (auto& box : *boxes) {
+    if (!box.deleted_at_ms || box.state == BoxState::kAbsent) continue;
+    Status locked = co_await acquire(box.id);
+    if (!locked.ok()) continue;
+    (void)backend_.adopt(spec_for(box));  // tracked already, or found again after a restart
+    drop_connection(box.id);
+    Status st = co_await backend_.release(box.id, machines::DataPolicy::kDelete);
+    if (st.ok() || st.code() == Code::kNotFound) {
+      std::error_code ec;
+      std::filesystem::remove_all(options_.data_dir / "boxes" / box.id, ec);
+      log::info("box of a removed user released", {{"box", box.id}});
+      co_await set_state(box, BoxState::kAbsent, "deleted with its user");
+    } else {
+      log::warn("cannot release a removed user's box; retrying at the next change",
+                {{"box", box.id}, {"error", st.to_string()}});
+    }
+    release(box.id);
+    runtimes_.erase(box.id);
+  }
 }
 
 asio::awaitable<void> BoxManager::release_boxes(std::vector<std::string> box_ids) {
@@ -545,24 +597,35 @@ asio::awaitable<Result<std::pair<Box, std::shared_ptr<http::H2Connection>>>> Box
 // ---- recovery and idling ----
 
 asio::awaitable<void> BoxManager::recover() {
+  // Operations cut short: the newest ensure, hibernate or recreate of each box is resumed where
+  // it stood (its steps are idempotent); a delete is finished; anything else ends FAILED.
   auto unfinished = co_await store_.list_unfinished_operations();
+  std::map<std::string, Operation> resumed;  // box id -> its operation
+  std::vector<Operation> others;
+  if (unfinished.ok()) {
+    for (const auto& op : *unfinished) {  // oldest first
+      if (op.kind != "ensure" && op.kind != "hibernate" && op.kind != "recreate") {
+        others.push_back(op);
+        continue;
+      }
+      auto it = resumed.find(op.box_id);
+      if (it != resumed.end()) others.push_back(std::move(it->second));
+      resumed[op.box_id] = op;
+    }
+  } else {
+    log::error("recovery: cannot list operations", {{"error", unfinished.status().to_string()}});
+  }
+
+  co_await release_deleted();
   auto boxes = co_await store_.list_all_boxes();
   if (!boxes.ok()) {
     log::error("recovery: cannot list boxes", {{"error", boxes.status().to_string()}});
     co_return;
   }
   for (auto& box : *boxes) {
-    if (box.deleted_at_ms) {
-      // Deleted while no api ran (`cocoonbox api user rm`): its machine is still ours to stop.
-      if (box.state != BoxState::kAbsent) {
-        (void)backend_.adopt(spec_for(box));
-        (void)co_await backend_.release(box.id, machines::DataPolicy::kDelete);
-        co_await set_state(box, BoxState::kAbsent, "deleted");
-      }
-      continue;
-    }
-    auto spec = spec_for(box);
-    Status adopted = backend_.adopt(spec);
+    if (box.deleted_at_ms) continue;
+    Status adopted = backend_.adopt(spec_for(box));
+    if (resumed.count(box.id)) continue;  // the resumed operation decides its state
     auto state = backend_.status(box.id);
     BoxState target = BoxState::kAbsent;
     std::string detail;
@@ -583,21 +646,40 @@ asio::awaitable<void> BoxManager::recover() {
       co_await set_state(box, target, detail);
     }
   }
-  if (unfinished.ok()) {
-    for (const auto& op : *unfinished) {
-      auto box = co_await store_.get_box_by_id(op.box_id);
-      std::string now = box.ok() ? fmt::format("state {}", static_cast<int>(box->state)) : "gone";
-      if (op.kind == "delete" && box.ok() && !box->deleted_at_ms) {
-        // A delete that was cut short is finished: the user asked for it.
-        (void)co_await backend_.release(op.box_id, machines::DataPolicy::kDelete);
-        (void)co_await store_.mark_deleted(op.box_id);
-        std::error_code ec;
-        std::filesystem::remove_all(options_.data_dir / "boxes" / op.box_id, ec);
-        co_await finish(op, Phase::kDone, "deleted (resumed after an api restart)");
-        continue;
-      }
-      co_await finish(op, Phase::kFailed,
-                      fmt::format("api restarted during {}; box reconciled to {}", op.kind, now));
+
+  for (const auto& op : others) {
+    auto box = co_await store_.get_box_by_id(op.box_id);
+    std::string now = box.ok() ? fmt::format("state {}", static_cast<int>(box->state)) : "gone";
+    if (op.kind == "delete" && box.ok() && !box->deleted_at_ms) {
+      // A delete that was cut short is finished: the user asked for it.
+      (void)co_await backend_.release(op.box_id, machines::DataPolicy::kDelete);
+      (void)co_await store_.mark_deleted(op.box_id);
+      std::error_code ec;
+      std::filesystem::remove_all(options_.data_dir / "boxes" / op.box_id, ec);
+      co_await finish(op, Phase::kDone, "deleted (resumed after an api restart)");
+      continue;
+    }
+    co_await finish(op, Phase::kFailed,
+                    fmt::format("api restarted during {}; box reconciled to {}", op.kind, now));
+  }
+
+  for (auto& [box_id, op] : resumed) {
+    auto box = co_await store_.get_box_by_id(box_id);
+    if (!box.ok() || box->deleted_at_ms) {
+      co_await finish(op, Phase::kFailed, "api restarted and the box is gone");
+      continue;
+    }
+    log::info("recovery: resuming operation", {{"op", op.id}, {"box", box_id}, {"kind", op.kind}});
+    co_await event(op, op.phase, "api restarted; resuming " + op.kind);
+    Status locked = co_await acquire(box_id);
+    if (!locked.ok()) co_return;
+    runtime(box_id).current_operation = op.id;
+    if (op.kind == "ensure") {
+      asio::co_spawn(executor_, run_ensure(*box, op), asio::detached);
+    } else if (op.kind == "hibernate") {
+      asio::co_spawn(executor_, run_hibernate(*box, op), asio::detached);
+    } else {
+      asio::co_spawn(executor_, run_recreate(*box, op, op.params == kPreserveData), asio::detached);
     }
   }
 }

@@ -9,8 +9,8 @@
 // for that wake_id with a credential signed by the edge key.
 //
 // One operation runs per box at a time; a second request for a busy box waits for it.
-// Operations are journaled (phases with offset keys); recover() at start ends unfinished ones
-// as FAILED with a reason and reconciles box states with what the backend really runs.
+// Operations are journaled (phases with offset keys); recover() at start resumes unfinished
+// ones (or ends them FAILED with a reason) and reconciles box states with what really runs.
 //
 // Affinity: the api's executor. The store, backend and key must outlive the manager.
 
@@ -44,6 +44,7 @@ struct BoxManagerOptions {
 struct BoxView {
   Box box;
   int attached_clients = 0;
+  std::string operation_id;  // the operation running on the box now, "" when none
   bool isolated = true;
   std::string isolation_note;
 };
@@ -70,6 +71,9 @@ class BoxManager {
   asio::awaitable<Result<Operation>> remove(int64_t user_id, std::string ref);
   // Releases every machine of a removed user (its rows are already marked deleted).
   asio::awaitable<void> release_boxes(std::vector<std::string> box_ids);
+  // Releases the machines of boxes marked deleted by another process (`cocoonbox api user rm`)
+  // and records them ABSENT. The api calls it at start and after every admin change.
+  asio::awaitable<void> release_deleted();
 
   // The edge: the box RUNNING (woken transparently when HIBERNATED) and a live HTTP/2
   // connection to its agent. Errors: kNotFound, kUnavailable (cannot start or dial),
@@ -87,8 +91,10 @@ class BoxManager {
   uint64_t generation() const { return generation_; }
   net::Signal& changed() { return changed_; }
 
-  // At start: unfinished operations end FAILED with a reason; each box's state is reconciled
-  // with the backend (re-adopting machines that kept running).
+  // At start: each box's state is reconciled with the backend (re-adopting machines that kept
+  // running). Unfinished operations: the newest ensure, hibernate or recreate of a box is
+  // resumed on the same operation (a "resuming" event, then its remaining steps; watchers
+  // continue by offset_key); a delete is completed; any other ends FAILED with a reason.
   asio::awaitable<void> recover();
   // Starts the idle-hibernation loop (no-op when idle_hibernate is 0).
   void start_idle_loop();
@@ -112,7 +118,8 @@ class BoxManager {
   asio::awaitable<Status> acquire(const std::string& box_id);
   void release(const std::string& box_id);
 
-  asio::awaitable<Result<Operation>> start_operation(const Box& box, std::string kind);
+  asio::awaitable<Result<Operation>> start_operation(const Box& box, std::string kind,
+                                                     std::string params = {});
   asio::awaitable<void> run_ensure(Box box, Operation op);
   asio::awaitable<void> run_hibernate(Box box, Operation op);
   asio::awaitable<void> run_recreate(Box box, Operation op, bool preserve_data);

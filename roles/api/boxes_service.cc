@@ -23,6 +23,7 @@ pb::Box to_proto(const BoxView& v) {
   b.set_created_at_ms(v.box.created_at_ms);
   b.set_state_changed_at_ms(v.box.state_changed_at_ms);
   b.set_attached_clients(v.attached_clients);
+  b.set_operation_id(v.operation_id);
   return b;
 }
 

@@ -10,7 +10,11 @@ this test process (never argv).
   boxes_client.py --port N get|hibernate|delete [--name main]
   boxes_client.py --port N list
   boxes_client.py --port N hello [--name main]      (Session.Hello through the edge)
-  boxes_client.py --port N watch-op OPERATION_ID     (prints phases until DONE/FAILED)
+  boxes_client.py --port N watch-op OPERATION_ID [--offset KEY]
+                                                     (prints phases until DONE/FAILED)
+  boxes_client.py --port N recreate [--name main] [--preserve-data]
+  boxes_client.py --port N watch                     (Boxes.Watch: one JSON list per line, flushed,
+                                                      until the stream ends or the process is killed)
 Prints one JSON object per result on stdout; exits 1 with "CODE: message" on a gRPC error.
 """
 import argparse
@@ -47,6 +51,8 @@ def main():
     p.add_argument("arg", nargs="?")
     p.add_argument("--name", default="")
     p.add_argument("--wait", action="store_true")
+    p.add_argument("--offset", default="", help="watch-op: resume after this offset_key")
+    p.add_argument("--preserve-data", action="store_true")
     a = p.parse_args()
     boxes, session = load()
     token = os.environ.get("COCOONBOX_TOKEN", "")
@@ -60,7 +66,8 @@ def main():
 
     def box_json(b):
         return {"id": b.id, "name": b.name, "state": boxes.State.Name(b.state),
-                "detail": b.detail, "isolated": b.isolated, "attached": b.attached_clients}
+                "detail": b.detail, "isolated": b.isolated, "attached": b.attached_clients,
+                "operation": b.operation_id}
 
     svc = "/cocoonbox.control.v1.Boxes/"
     try:
@@ -80,16 +87,29 @@ def main():
             call = ch.unary_stream(svc + "WatchOperation",
                                    request_serializer=lambda m: m.SerializeToString(),
                                    response_deserializer=boxes.OperationEvent.FromString)
-            for ev in call(boxes.WatchOperationRequest(operation_id=a.arg), metadata=md,
+            req = boxes.WatchOperationRequest(operation_id=a.arg, offset_key=a.offset)
+            for ev in call(req, metadata=md,
                            timeout=60):
                 print(json.dumps({"phase": boxes.Phase.Name(ev.phase), "detail": ev.detail,
-                                  "offset_key": ev.offset_key}))
+                                  "offset_key": ev.offset_key}), flush=True)
+        elif a.command == "recreate":
+            op = unary(svc + "Recreate",
+                       boxes.RecreateRequest(box=a.name, preserve_data=a.preserve_data),
+                       boxes.Operation)
+            print(json.dumps({"operation": op.id, "kind": op.kind}))
+        elif a.command == "watch":
+            call = ch.unary_stream(svc + "Watch",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=boxes.ListBoxesResponse.FromString)
+            for r in call(boxes.WatchBoxesRequest(), metadata=md):
+                print(json.dumps([box_json(b) for b in r.boxes]), flush=True)
         elif a.command == "hello":
             extra = [("x-cocoonbox-box", a.name)] if a.name else []
             r = unary("/cocoonbox.agent.v1.Session/Hello", session.HelloRequest(client="e2e"),
                       session.HelloResponse, extra)
             print(json.dumps({"box_id": r.box_id, "wake_id": r.wake_id,
-                              "key_len": len(r.box_public_key), "version": r.agent_version}))
+                              "key_len": len(r.box_public_key), "version": r.agent_version,
+                              "public_key": r.box_public_key.hex()}))
         else:
             print("unknown command " + a.command, file=sys.stderr)
             return 2

@@ -73,8 +73,15 @@ CREATE TABLE meta (
 INSERT INTO meta (key, value) VALUES ('change_generation', 0);
 )sql";
 
+// Version 2: operations remember their parameters (e.g. "preserve_data" for a recreate), so
+// an operation cut short by an api crash can be resumed exactly as it was asked.
+constexpr std::string_view kV2 = R"sql(
+ALTER TABLE operations ADD COLUMN params TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr db::Migration kMigrations[] = {
     {1, kV1},
+    {2, kV2},
 };
 
 }  // namespace

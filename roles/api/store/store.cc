@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
   "id, user_id, name, state, image, backend, detail, wake_id, machine_key, created_at_ms, " \
   "state_changed_at_ms, deleted_at_ms"
 #define CB_OPERATION_COLUMNS \
-  "id, box_id, user_id, kind, phase, detail, created_at_ms, finished_at_ms"
+  "id, box_id, user_id, kind, phase, detail, created_at_ms, finished_at_ms, params"
 
 // 6 random bytes, 12 hex characters: 2^48 ids, so a collision is unlikely but possible over
 // a long life (the birthday bound is near 2^24 operations); fresh_id() checks and redraws.
@@ -107,6 +107,7 @@ Operation read_operation(const db::Statement& st) {
   op.detail = std::string(st.column_text(5));
   op.created_at_ms = st.column_int64(6);
   op.finished_at_ms = column_optional_int64(st, 7);
+  op.params = std::string(st.column_text(8));
   return op;
 }
 
@@ -720,7 +721,8 @@ Result<int64_t> record_event(db::Database& db, std::string_view id, Phase phase,
 
 }  // namespace
 
-Result<Operation> SyncStore::begin_operation(std::string_view box_id, std::string_view kind) {
+Result<Operation> SyncStore::begin_operation(std::string_view box_id, std::string_view kind,
+                                             std::string_view params) {
   RETURN_IF_ERROR(validate_kind(kind));
   ASSIGN_OR_RETURN(db::Transaction txn, db_->begin());
   ASSIGN_OR_RETURN(Box box, get_box_by_id(box_id));
@@ -732,15 +734,17 @@ Result<Operation> SyncStore::begin_operation(std::string_view box_id, std::strin
   op.kind = std::string(kind);
   op.phase = Phase::kPending;
   op.created_at_ms = now_ms(*clock_);
+  op.params = std::string(params);
   {
     ASSIGN_OR_RETURN(db::Statement st,
                      db_->prepare("INSERT INTO operations (id, box_id, user_id, kind, phase, "
-                                  "created_at_ms) VALUES (?1, ?2, ?3, ?4, 0, ?5)"));
+                                  "created_at_ms, params) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6)"));
     RETURN_IF_ERROR(st.bind_text(1, op.id));
     RETURN_IF_ERROR(st.bind_text(2, op.box_id));
     RETURN_IF_ERROR(st.bind_int64(3, op.user_id));
     RETURN_IF_ERROR(st.bind_text(4, kind));
     RETURN_IF_ERROR(st.bind_int64(5, op.created_at_ms));
+    RETURN_IF_ERROR(st.bind_text(6, params));
     RETURN_IF_ERROR(st.execute());
   }
   RETURN_IF_ERROR(txn.commit());
@@ -960,9 +964,11 @@ asio::awaitable<Result<int64_t>> Store::count_running(int64_t user_id) {
   co_return r;
 }
 
-asio::awaitable<Result<Operation>> Store::begin_operation(std::string box_id, std::string kind) {
-  auto r = co_await worker_->run(
-      [&](db::Database& db) { return SyncStore(db, options_).begin_operation(box_id, kind); });
+asio::awaitable<Result<Operation>> Store::begin_operation(std::string box_id, std::string kind,
+                                                          std::string params) {
+  auto r = co_await worker_->run([&](db::Database& db) {
+    return SyncStore(db, options_).begin_operation(box_id, kind, params);
+  });
   co_return r;
 }
 

@@ -144,6 +144,7 @@ struct Operation {
   std::string detail;
   int64_t created_at_ms = 0;
   std::optional<int64_t> finished_at_ms;
+  std::string params;  // how it was asked, e.g. "preserve_data" for a recreate; "" for none
 };
 
 struct OperationEvent {
@@ -279,8 +280,10 @@ class SyncStore {
   // ---- Operations ----
 
   // Starts an operation of |kind| (non-empty, [a-z_]) on box |box_id| in phase kPending; the
-  // operation belongs to the box's owner. Errors: kNotFound (box); kInvalidArgument ("kind").
-  Result<Operation> begin_operation(std::string_view box_id, std::string_view kind);
+  // operation belongs to the box's owner. |params| is kept as given (how the operation was
+  // asked, so a resumed one does the same). Errors: kNotFound (box); kInvalidArgument ("kind").
+  Result<Operation> begin_operation(std::string_view box_id, std::string_view kind,
+                                    std::string_view params = {});
   // Records that operation |operation_id| reached |phase| (not kDone or kFailed: see
   // finish_operation()) and returns the event's seq, 1 for the first event.
   // Errors: kNotFound; kFailedPrecondition if the operation has finished; kInvalidArgument
@@ -355,7 +358,8 @@ class Store {
   asio::awaitable<Status> mark_deleted(std::string box_id);
   asio::awaitable<Result<int64_t>> count_running(int64_t user_id);
 
-  asio::awaitable<Result<Operation>> begin_operation(std::string box_id, std::string kind);
+  asio::awaitable<Result<Operation>> begin_operation(std::string box_id, std::string kind,
+                                                     std::string params = {});
   asio::awaitable<Result<int64_t>> append_event(std::string operation_id, Phase phase,
                                                 std::string detail);
   asio::awaitable<Result<int64_t>> finish_operation(std::string operation_id, Phase phase,

@@ -550,7 +550,8 @@ TEST_CASE("Store: list_unfinished_operations finds what a crash left behind",
     env.clock.advance_ms(1);
     Operation hibernate = value_or_fail(store.begin_operation(box.id, "hibernate"));
     env.clock.advance_ms(1);
-    Operation del = value_or_fail(store.begin_operation(box.id, "delete"));
+    Operation del = value_or_fail(store.begin_operation(box.id, "delete", "keep_nothing"));
+    CHECK(del.params == "keep_nothing");
     value_or_fail(store.append_event(hibernate.id, Phase::kFreezing, ""));
     value_or_fail(store.finish_operation(ensure.id, Phase::kFailed, "no backend"));
     hibernate_id = hibernate.id;
@@ -564,6 +565,8 @@ TEST_CASE("Store: list_unfinished_operations finds what a crash left behind",
   CHECK(unfinished[0].phase == Phase::kFreezing);
   CHECK(unfinished[0].kind == "hibernate");
   CHECK(unfinished[1].id == delete_id);
+  CHECK(unfinished[0].params.empty());
+  CHECK(unfinished[1].params == "keep_nothing");  // how it was asked survives the restart
   value_or_fail(store.finish_operation(hibernate_id, Phase::kFailed, "api restarted"));
   value_or_fail(store.finish_operation(delete_id, Phase::kDone, ""));
   CHECK(value_or_fail(store.list_unfinished_operations()).empty());

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# cocoonbox api crash safety, end to end: the api is killed with SIGKILL in the middle of an
+# Ensure and in the middle of a Hibernate (held there by failpoints, base/failpoint.h), and
+# restarted. Each operation is resumed on the same operation id, a watcher resumes its stream
+# by offset_key without losing or repeating an event, and the box ends in the state asked for.
+# Then `cocoonbox api user rm` run against a live api stops the removed user's box.
+# Usage: api_crash.sh PATH_TO_COCOONBOX
+set -euo pipefail
+bin=$(readlink -f "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+client=("/usr/bin/python3" "$here/boxes_client.py")
+tmp=$(mktemp -d)
+data=$tmp/data
+api_pid=""
+cleanup() {
+  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
+  jobs -p | xargs -r kill 2>/dev/null || true
+  if [[ -d $data/boxes ]]; then
+    for f in "$data"/boxes/*/machine.json; do
+      [[ -f $f ]] || continue
+      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
+      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
+    done
+  fi
+  for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
+    for d in "$cg"/bx_*; do [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }; done
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
+  exit 1
+}
+passed=0
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+
+# start_api [FAILPOINTS]: the api on the same data dir and port, optionally with failpoints.
+start_api() {
+  COCOONBOX_FAILPOINTS=${1:-} "$bin" api --data-dir "$data" --listen 127.0.0.1:${port:-0} \
+    --idle-hibernate 0 >"$tmp/out" 2>"$tmp/err" &
+  api_pid=$!
+  for _ in $(seq 1 200); do
+    if [[ -z ${port:-} ]]; then
+      port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
+    fi
+    if [[ -n ${port:-} ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$api_pid" 2>/dev/null || fail "api exited at start"
+    sleep 0.05
+  done
+  fail "api did not become healthy"
+}
+kill_api() { kill -9 "$api_pid"; wait "$api_pid" 2>/dev/null || true; api_pid=""; }
+call() { "${client[@]}" --port "$port" "$@"; }
+json() { /usr/bin/python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
+# wait_for FILE PATTERN: up to 20 s for PATTERN to appear in FILE.
+wait_for() {
+  for _ in $(seq 1 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  return 1
+}
+machine_pid() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$data/boxes/$1/machine.json"; }
+# check_resumed OP_ID OFFSET: the rest of the operation's events after OFFSET, ending DONE.
+check_resumed() {
+  local rest
+  rest=$(call watch-op "$1" --offset "$2") || fail "watch-op resume: $rest"
+  echo "$rest" > "$tmp/rest"
+  # Nothing repeated: the first event after the offset is the next one.
+  [[ $(head -1 <<<"$rest" | json 'v["offset_key"]') == $(($2 + 1)) ]] || fail "resume repeated or skipped: $rest"
+  grep -q 'api restarted; resuming' <<<"$rest" || fail "no resuming event: $rest"
+  [[ $(tail -1 <<<"$rest" | json 'v["phase"]') == PHASE_DONE ]] || fail "did not end DONE: $rest"
+}
+
+port=""
+start_api "boxes.ensure.started=pause"
+export COCOONBOX_TOKEN=$(cat "$data/admin.token")
+
+# --- kill -9 in the middle of an Ensure ---
+box=$(call ensure) || fail "ensure: $box"
+box_id=$(json 'v["id"]' <<<"$box")
+op=$(json 'v["operation"]' <<<"$box")
+[[ $op == op_* ]] || fail "Ensure did not name its operation: $box"
+call watch-op "$op" >"$tmp/watch1" 2>/dev/null &
+wait_for "$tmp/err" "failpoint reached" || fail "ensure did not reach its failpoint"
+wait_for "$tmp/watch1" PHASE_CREATING || fail "watcher saw no phase: $(cat "$tmp/watch1")"
+[[ $(json 'v["state"]' <<<"$(call get)") == STATE_STARTING ]] || fail "not STARTING mid-ensure"
+seen=$(tail -1 "$tmp/watch1" | json 'v["offset_key"]')
+kill_api
+pid_before=$(machine_pid "$box_id")
+ok "Ensure held after the machine started; api killed with SIGKILL"
+
+start_api
+check_resumed "$op" "$seen"
+[[ $(json 'v["state"]' <<<"$(call get)") == STATE_RUNNING ]] || fail "not RUNNING: $(call get)"
+[[ $(machine_pid "$box_id") == "$pid_before" ]] || fail "the started machine was replaced"
+hello=$(call hello) || fail "hello after the resumed ensure: $hello"
+[[ $(json 'v["box_id"]' <<<"$hello") == "$box_id" ]] || fail "hello: $hello"
+ok "restart: the Ensure resumed on the same operation and machine; watcher resumed by offset"
+
+# --- kill -9 in the middle of a Hibernate ---
+kill -TERM "$api_pid"; wait "$api_pid" 2>/dev/null || true; api_pid=""
+start_api "boxes.hibernate.frozen=pause"
+op=$(call hibernate | json 'v["operation"]') || fail "hibernate"
+wait_for "$tmp/err" "failpoint reached" || fail "hibernate did not reach its failpoint"
+[[ $(json 'v["state"]' <<<"$(call get)") == STATE_HIBERNATING ]] || fail "not HIBERNATING"
+call watch-op "$op" >"$tmp/watch2" 2>/dev/null &
+wait_for "$tmp/watch2" PHASE_FREEZING || fail "watcher saw no phase: $(cat "$tmp/watch2")"
+seen=$(tail -1 "$tmp/watch2" | json 'v["offset_key"]')
+kill_api
+ok "Hibernate held after the freeze; api killed with SIGKILL"
+
+start_api
+check_resumed "$op" "$seen"
+[[ $(json 'v["state"]' <<<"$(call get)") == STATE_HIBERNATED ]] || fail "not HIBERNATED: $(call get)"
+box=$(call ensure --wait) || fail "wake after the resumed hibernate: $box"
+[[ $(json 'v["state"]' <<<"$box") == STATE_RUNNING ]] || fail "wake: $box"
+[[ $(machine_pid "$box_id") == "$pid_before" ]] || fail "the machine was replaced across hibernate"
+ok "restart: the Hibernate resumed to HIBERNATED; the same machine wakes"
+
+# --- user rm against a live api ---
+"$bin" api --data-dir "$data" user add carol >/dev/null || fail "user add carol"
+carol=$("$bin" api --data-dir "$data" token issue carol 2>/dev/null) || fail "token issue carol"
+cbox=$(COCOONBOX_TOKEN=$carol call ensure --wait) || fail "carol ensure: $cbox"
+cbox_id=$(json 'v["id"]' <<<"$cbox")
+cpid=$(machine_pid "$cbox_id")
+kill -0 "$cpid" || fail "carol's machine is not running"
+"$bin" api --data-dir "$data" user rm carol >/dev/null || fail "user rm carol"
+for _ in $(seq 1 100); do [[ -d $data/boxes/$cbox_id ]] || break; sleep 0.05; done
+[[ ! -d $data/boxes/$cbox_id ]] || fail "carol's box dir is still there"
+! kill -0 "$cpid" 2>/dev/null || [[ $(cat /proc/$cpid/stat 2>/dev/null | awk '{print $3}') == Z ]] \
+  || fail "carol's machine still runs"
+set +e
+err=$(COCOONBOX_TOKEN=$carol call list 2>&1 >/dev/null)
+set -e
+[[ $err == UNAUTHENTICATED* ]] || fail "removed user's token: $err"
+[[ $(json 'v["state"]' <<<"$(call get)") == STATE_RUNNING ]] || fail "admin's box was touched"
+ok "user rm on a live api: the user's box is released within seconds, its token refused"
+
+echo "$passed passed, 0 failed"
