@@ -380,6 +380,7 @@ asio::awaitable<void> BoxManager::run_remove(Box box, Operation op) {
   drop_connection(box.id);
   Status st = co_await backend_.release(box.id, machines::DataPolicy::kDelete);
   if (!*alive) co_return;
+  if (st.code() == Code::kNotFound) st = ok_status();  // never started: nothing to release
   if (st.ok()) {
     Status m = co_await store_.mark_deleted(box.id);
     std::error_code ec;
@@ -409,6 +410,9 @@ asio::awaitable<Result<BoxView>> BoxManager::ensure(int64_t user_id, std::string
   if (found.ok()) {
     box = std::move(*found);
   } else if (found.status().code() == Code::kNotFound) {
+    // A new box starts at once: refuse over the running quota before creating it.
+    Status quota = co_await check_running_quota(user_id);
+    if (!quota.ok()) co_return quota;
     auto created =
         co_await store_.create_box(user_id, name, options_.image, std::string(backend_.name()));
     if (!created.ok()) co_return created.status();
@@ -427,13 +431,10 @@ asio::awaitable<Result<BoxView>> BoxManager::ensure(int64_t user_id, std::string
     co_return co_await view(box);
   }
   // Quota: starting or waking makes the box count against max_running.
-  auto user = co_await store_.get_user(user_id);
-  auto running = co_await store_.count_running(user_id);
-  if (user.ok() && running.ok() && *running >= user->max_running) {
+  Status quota = co_await check_running_quota(user_id);
+  if (!quota.ok()) {
     release(box.id);
-    co_return resource_exhausted(
-        fmt::format("max_running quota reached ({} of {} boxes running); hibernate one first",
-                    *running, user->max_running));
+    co_return quota;
   }
   auto op = co_await start_operation(box, "ensure");
   if (!op.ok()) {
@@ -452,6 +453,17 @@ asio::awaitable<Result<BoxView>> BoxManager::ensure(int64_t user_id, std::string
   auto now = co_await store_.get_box_by_id(box.id);
   if (!now.ok()) co_return now.status();
   co_return co_await view(*now);
+}
+
+asio::awaitable<Status> BoxManager::check_running_quota(int64_t user_id) {
+  auto user = co_await store_.get_user(user_id);
+  auto running = co_await store_.count_running(user_id);
+  if (user.ok() && running.ok() && *running >= user->max_running) {
+    co_return resource_exhausted(
+        fmt::format("max_running quota reached ({} of {} boxes running); hibernate one first",
+                    *running, user->max_running));
+  }
+  co_return ok_status();
 }
 
 asio::awaitable<Result<BoxView>> BoxManager::get(int64_t user_id, std::string ref) {

@@ -118,6 +118,8 @@ class BoxManager {
   asio::awaitable<Status> acquire(const std::string& box_id);
   void release(const std::string& box_id);
 
+  // kResourceExhausted when the user already runs max_running boxes.
+  asio::awaitable<Status> check_running_quota(int64_t user_id);
   asio::awaitable<Result<Operation>> start_operation(const Box& box, std::string kind,
                                                      std::string params = {});
   asio::awaitable<void> run_ensure(Box box, Operation op);
