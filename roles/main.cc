@@ -33,12 +33,23 @@ void print_help(std::FILE* out) {
   }
   fmt::print(out, "Roles:\n");
   for (const Role& r : kRoles) fmt::print(out, "  {:<10} {}\n", r.name, r.summary);
-  fmt::print(out, "\nRun 'cocoonbox <role> --help' for a role's own flags.\n");
+  if (!kCommands.empty()) {
+    fmt::print(out, "\nCommands:\n");
+    for (const Role& c : kCommands) fmt::print(out, "  {:<10} {}\n", c.name, c.summary);
+  }
+  fmt::print(out, "\nRun 'cocoonbox <role|command> --help' for its own flags and examples.\n");
 }
 
 const Role* find_role(std::string_view name) {
   for (const Role& r : kRoles) {
     if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+const Role* find_command(std::string_view name) {
+  for (const Role& c : kCommands) {
+    if (c.name == name) return &c;
   }
   return nullptr;
 }
@@ -89,6 +100,7 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   const Role* role = find_role(first);
+  if (role == nullptr) role = find_command(first);
   if (role == nullptr) {
     fmt::print(stderr, "cocoonbox: unknown command {:?}; see 'cocoonbox --help'\n", first);
     return 2;

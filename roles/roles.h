@@ -16,6 +16,9 @@
 #ifdef CB_HAVE_ROLE_API
 #include "roles/api/api.h"
 #endif
+#ifdef CB_HAVE_ROLE_CLI
+#include "roles/cli/cli.h"
+#endif
 
 namespace cb {
 
@@ -31,6 +34,21 @@ inline const std::vector<Role> kRoles = {
 #endif
 #ifdef CB_HAVE_ROLE_AGENT
     {"agent", agent::run, "the agent that lives in each box"},
+#endif
+};
+
+// The user's commands (seed §13.4): "cocoonbox <command> ...", never a link of their own.
+inline const std::vector<Role> kCommands = {
+#ifdef CB_HAVE_ROLE_CLI
+    {"login", cli::run, "sign in to an api with a token"},
+    {"logout", cli::run, "forget the stored token"},
+    {"status", cli::run, "show a box: state, image, attached clients"},
+    {"ensure", cli::run, "create the box if absent, wake it if hibernated"},
+    {"hibernate", cli::run, "freeze a box; its programs and memory are kept"},
+    {"upgrade", cli::run, "recreate a box on the current image, keeping its data"},
+    {"boxes", cli::run, "list your boxes"},
+    {"box", cli::run, "box create NAME | box rm NAME"},
+    {"completion", cli::run, "print shell completion for bash or zsh"},
 #endif
 };
 

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The cocoonbox CLI against a real api, as a user runs it (seed §13.4): login with a token from
+# stdin (checked, stored 0600, never in argv), status/ensure/hibernate/upgrade/boxes/box
+# create/rm with progress on stderr and --json on stdout, exit codes 0/1/2, a credential helper,
+# logout, and shell completion. This is also the README's "first box" walk-through.
+# Usage: cli.sh PATH_TO_COCOONBOX
+set -euo pipefail
+bin=$(readlink -f "$1")
+tmp=$(mktemp -d)
+data=$tmp/data
+export XDG_CONFIG_HOME=$tmp/config
+cfg=$XDG_CONFIG_HOME/cocoonbox
+api_pid=""
+cleanup() {
+  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
+  if [[ -d $data/boxes ]]; then
+    for f in "$data"/boxes/*/machine.json; do
+      [[ -f $f ]] || continue
+      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
+      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
+    done
+  fi
+  for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
+    for d in "$cg"/bx_*; do [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }; done
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
+  exit 1
+}
+passed=0
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+json() { /usr/bin/python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
+cb() { "$bin" "$@" </dev/null; }
+# expect CODE CMD...: runs the CLI, captures stdout/stderr in $out/$err, checks the exit code.
+expect() {
+  local want=$1; shift
+  set +e
+  out=$("$bin" "$@" 2>"$tmp/stderr" </dev/null); rc=$?
+  set -e
+  err=$(cat "$tmp/stderr")
+  [[ $rc == "$want" ]] || fail "cocoonbox $* exited $rc, want $want; stderr: $err"
+}
+
+"$bin" api --data-dir "$data" --listen 127.0.0.1:0 --idle-hibernate 0 >"$tmp/out" 2>"$tmp/err" &
+api_pid=$!
+for _ in $(seq 1 200); do
+  port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
+  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+endpoint=http://127.0.0.1:$port
+# The login line the api prints is the one the user pastes.
+login_line=$(grep -o 'cocoonbox login .*' "$tmp/out") || fail "no login line"
+
+"$bin" api --data-dir "$data" user add alice --max-boxes 3 --max-running 1 >/dev/null
+alice=$("$bin" api --data-dir "$data" token issue alice 2>/dev/null)
+sleep 1.2  # a running api picks up admin changes within a second
+
+# --- login ---
+expect 0 --help
+grep -q "Commands:" <<<"$out" || fail "--help lists no commands"
+expect 0 login --help
+grep -q "Examples:" <<<"$out" || fail "login --help has no examples"
+expect 2 login --endpoint "http://10.1.2.3:7443" --token -
+grep -q "loopback" <<<"$err" || fail "plaintext off loopback: $err"
+expect 2 login --endpoint "$endpoint" --token "$alice"
+grep -q "argv" <<<"$err" || fail "a token in argv was not refused clearly: $err"
+set +e
+echo "cbt_not_a_real_token" | "$bin" login --endpoint "$endpoint" --token - >/dev/null 2>"$tmp/stderr"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "refused the token" "$tmp/stderr" || fail "bad token: rc $rc $(cat "$tmp/stderr")"
+[[ ! -e $cfg/token ]] || fail "a refused token was stored"
+expect 1 status
+grep -q "not logged in" <<<"$err" || fail "status before login: $err"
+echo "$alice" | "$bin" login --endpoint "$endpoint" --token - >"$tmp/login" || fail "login"
+[[ $(stat -c %a "$cfg") == 700 ]] || fail "config dir mode $(stat -c %a "$cfg")"
+[[ $(stat -c %a "$cfg/token") == 600 ]] || fail "token file mode"
+[[ $(cat "$cfg/token") == "$alice" ]] || fail "token file content"
+! grep -q "$alice" "$cfg/cli.json" || fail "token in cli.json"
+[[ $(json 'v["endpoint"]' <"$cfg/cli.json") == "$endpoint" ]] || fail "cli.json endpoint"
+ok "login: token from stdin, checked by the api, stored 0600; bad endpoint/token/argv refused"
+
+# --- the first box ---
+expect 1 status
+grep -q "NOT_FOUND\|not found\|no box" <<<"$err" || fail "status of no box: $err"
+expect 0 ensure
+grep -q "running" <<<"$out" || fail "ensure stdout: $out"
+grep -q "box main: starting: waiting for the agent" <<<"$err" || fail "no progress lines: $err"
+expect 0 status --json
+[[ $(json 'v["state"]' <<<"$out") == running ]] || fail "status --json: $out"
+box_id=$(json 'v["id"]' <<<"$out")
+expect 0 boxes --json
+[[ $(json 'len(v)' <<<"$out") == 1 && $(json 'v[0]["name"]' <<<"$out") == main ]] || fail "boxes: $out"
+ok "ensure: a running box with progress on stderr; status and boxes --json"
+
+# --- hibernate, wake, upgrade ---
+expect 0 hibernate
+[[ $(cb status --json | json 'v["state"]') == hibernated ]] || fail "not hibernated"
+expect 0 ensure --json
+[[ $(json 'v["state"]' <<<"$out") == running ]] || fail "wake: $out"
+echo "keep me" > "$data/boxes/$box_id/workspace/note.txt"
+expect 2 upgrade
+grep -q "yes" <<<"$err" || fail "upgrade without a terminal or --yes: $err"
+expect 0 upgrade --yes --json
+[[ $(json 'v["result"]' <<<"$out") == done ]] || fail "upgrade: $out"
+[[ $(cat "$data/boxes/$box_id/workspace/note.txt") == "keep me" ]] || fail "upgrade lost /workspace"
+ok "hibernate, wake, upgrade --yes keeps /workspace; upgrade asks first"
+
+# --- several boxes ---
+expect 1 box create work
+grep -q "max_running" <<<"$err" || fail "over the running quota: $err"
+expect 0 hibernate
+expect 0 box create work --json
+[[ $(json 'v["state"]' <<<"$out") == running ]] || fail "box create: $out"
+expect 1 box create work
+grep -q "already exists" <<<"$err" || fail "box create twice: $err"
+expect 1 box create Bad_Name
+grep -q "name" <<<"$err" || fail "bad name: $err"
+expect 2 box rm work
+expect 0 box rm work --yes
+expect 0 boxes --json
+[[ $(json '[b["name"] for b in v]' <<<"$out") == "['main']" ]] || fail "after box rm: $out"
+ok "box create/rm: quota, duplicate and bad names refused with exit 1, rm asks first"
+
+# --- the api unreachable ---
+cp "$cfg/cli.json" "$tmp/cli.json.bak"
+printf '{"endpoint": "http://127.0.0.1:1"}\n' > "$cfg/cli.json"
+expect 1 status
+grep -q "cannot reach the api" <<<"$err" || fail "unreachable: $err"
+cp "$tmp/cli.json.bak" "$cfg/cli.json"
+ok "an unreachable api is exit 1 with a clear message"
+
+# --- credential helper ---
+expect 0 logout
+[[ ! -e $cfg/token && ! -e $cfg/cli.json ]] || fail "logout left files"
+expect 1 status
+cat > "$tmp/helper" <<HELPER
+#!/bin/sh
+# A credential helper keeping the token in a file of its own.
+store=$tmp/helper-store
+case \$1 in
+  get) sed -n 's/^token=//p' "\$store" 2>/dev/null | sed 's/^/token=/' ;;
+  store) grep '^token=' > "\$store" ;;
+  erase) rm -f "\$store" ;;
+esac
+HELPER
+chmod +x "$tmp/helper"
+echo "$alice" | "$bin" login --endpoint "$endpoint" --token - --credential-helper "$tmp/helper" >/dev/null \
+  || fail "login with a credential helper"
+[[ ! -e $cfg/token ]] || fail "token file written despite the helper"
+[[ $(cat "$tmp/helper-store") == "token=$alice" ]] || fail "helper did not get the token"
+expect 0 status --json
+expect 0 logout
+[[ ! -e $tmp/helper-store ]] || fail "logout did not erase through the helper"
+ok "a credential helper keeps the token; logout erases it"
+
+# --- completion ---
+expect 0 completion bash
+bash -n <<<"$out" || fail "bash completion has a syntax error"
+grep -q "complete -F _cocoonbox cocoonbox" <<<"$out" || fail "bash completion"
+expect 0 completion zsh
+[[ $(head -1 <<<"$out") == "#compdef cocoonbox" ]] || fail "zsh completion"
+if command -v zsh >/dev/null; then zsh -n <<<"$out" || fail "zsh completion syntax"; fi
+expect 2 completion fish
+ok "shell completion for bash and zsh"
+
+# The README's walk-through: the printed login line, then ensure.
+cocoonbox() { "$bin" "$@"; }  # as if installed on PATH
+eval "$login_line" >/dev/null 2>&1 || fail "the printed login line: $login_line"
+expect 0 ensure --json
+[[ $(json 'v["state"]' <<<"$out") == running ]] || fail "admin's first box: $out"
+ok "the api's printed login line works as is; ensure gives a running box"
+echo "$passed passed, 0 failed"
