@@ -224,15 +224,12 @@ err=$(COCOONBOX_TOKEN=$bob refused js ensure --name two)
 [[ $err == RESOURCE_EXHAUSTED:* && $err == *max_running* ]] || fail "grpc-js, second running box: $err"
 ok "over max_running: RESOURCE_EXHAUSTED naming max_running (grpcio and grpc-js)"
 
-# The refused Ensure still created box "two" (ABSENT): it counts against max_boxes.
-[[ $(COCOONBOX_TOKEN=$bob call get --name two | json 'v["state"]') == STATE_ABSENT ]] ||
-  fail "box two after a refused Ensure: $(COCOONBOX_TOKEN=$bob call get --name two 2>&1)"
-err=$(COCOONBOX_TOKEN=$bob refused call ensure --name three)
-[[ $err == RESOURCE_EXHAUSTED:* && $err == *max_boxes* && $err == *"2 of 2"* ]] ||
-  fail "third box: $err"
-[[ $(COCOONBOX_TOKEN=$bob call list | json 'sorted(b["name"] for b in v)') == "['one', 'two']" ]] ||
-  fail "bob's list after refusals: $(COCOONBOX_TOKEN=$bob call list)"
-ok "over max_boxes: RESOURCE_EXHAUSTED naming max_boxes, nothing created"
+# A refused Ensure creates nothing: box "two" does not exist.
+err=$(COCOONBOX_TOKEN=$bob refused call get --name two)
+[[ $err == NOT_FOUND:* ]] || fail "box two after a refused Ensure: $err"
+[[ $(COCOONBOX_TOKEN=$bob call list | json 'sorted(b["name"] for b in v)') == "['one']" ]] ||
+  fail "bob's list after the refusal: $(COCOONBOX_TOKEN=$bob call list)"
+ok "a refused Ensure leaves nothing behind"
 
 # Hibernating the running box frees the slot: the second box may start now.
 op=$(COCOONBOX_TOKEN=$bob call hibernate --name one) || fail "hibernate one"
@@ -244,6 +241,16 @@ err=$(COCOONBOX_TOKEN=$bob refused call ensure --name one --wait)
 [[ $(COCOONBOX_TOKEN=$bob call get --name one | json 'v["state"]') == STATE_HIBERNATED ]] ||
   fail "a refused wake changed box one"
 ok "max_running counts running boxes only: a hibernated box frees its slot and its wake is refused"
+
+# With nothing running, a third box is over max_boxes.
+op=$(COCOONBOX_TOKEN=$bob call hibernate --name two) || fail "hibernate two"
+COCOONBOX_TOKEN=$bob op_done "$op" || fail "hibernate two did not finish"
+err=$(COCOONBOX_TOKEN=$bob refused call ensure --name three)
+[[ $err == RESOURCE_EXHAUSTED:* && $err == *max_boxes* && $err == *"2 of 2"* ]] ||
+  fail "third box: $err"
+[[ $(COCOONBOX_TOKEN=$bob call list | json 'sorted(b["name"] for b in v)') == "['one', 'two']" ]] ||
+  fail "bob's list after refusals: $(COCOONBOX_TOKEN=$bob call list)"
+ok "over max_boxes: RESOURCE_EXHAUSTED naming max_boxes, nothing created"
 
 for verb in get hibernate delete recreate; do
   err=$(COCOONBOX_TOKEN=$bob refused call "$verb" --name nosuchbox)
