@@ -32,6 +32,24 @@ std::string new_wake_id() { return "wk_" + crypto::random_token(crypto::system_r
 
 constexpr std::string_view kPreserveData = "preserve_data";
 
+std::string_view state_name(BoxState s) {
+  switch (s) {
+    case BoxState::kAbsent:
+      return "absent";
+    case BoxState::kStarting:
+      return "starting";
+    case BoxState::kRunning:
+      return "running";
+    case BoxState::kHibernating:
+      return "hibernating";
+    case BoxState::kHibernated:
+      return "hibernated";
+    case BoxState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
 // The failpoints of the box lifecycle (base/failpoint.h), for crash tests:
 //   boxes.ensure.started   the machine is started or thawed, the agent not yet confirmed
 //   boxes.hibernate.frozen the machine is frozen, the box not yet recorded HIBERNATED
@@ -155,20 +173,25 @@ void BoxManager::drop_connection(const std::string& box_id) {
   rt.conn.reset();
 }
 
-asio::awaitable<void> BoxManager::set_state(Box& box, BoxState state, std::string detail,
-                                            std::string wake_id) {
+asio::awaitable<Status> BoxManager::set_state(Box& box, BoxState state, std::string detail,
+                                              std::string wake_id) {
   std::optional<std::string> wake;
   if (!wake_id.empty()) wake = wake_id;
   auto updated = co_await store_.set_box_state(box.id, state, detail, wake);
-  if (updated.ok()) {
-    box = std::move(*updated);
-  } else {
+  if (!updated.ok()) {
+    // The store refuses a move to STARTING over the running quota: the caller fails its
+    // operation. Other errors (I/O) leave the row as it was; the in-memory box moves on.
     log::error("box state not saved", {{"box", box.id}, {"error", updated.status().to_string()}});
+    if (updated.status().code() == Code::kResourceExhausted) co_return updated.status();
     box.state = state;
     box.detail = detail;
     if (!wake_id.empty()) box.wake_id = wake_id;
+    notify_changed();
+    co_return ok_status();
   }
+  box = std::move(*updated);
   notify_changed();
+  co_return ok_status();
 }
 
 asio::awaitable<void> BoxManager::event(const Operation& op, Phase phase, std::string detail) {
@@ -299,7 +322,7 @@ asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fre
   CO_RETURN_IF_ERROR(co_await wait_ready(box, wake_id));
   // gcc 12 destroys a conditional-expression temporary argument of a coroutine twice: name it.
   std::string note = backend_.isolated() ? std::string() : backend_.isolation_note();
-  co_await set_state(box, BoxState::kRunning, std::move(note), wake_id);
+  (void)co_await set_state(box, BoxState::kRunning, std::move(note), wake_id);
   co_return ok_status();
 }
 
@@ -321,13 +344,15 @@ asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
     (void)co_await backend_.release(box.id, machines::DataPolicy::kKeep);
   }
   std::string what = fresh ? "starting" : "waking";
-  co_await set_state(box, BoxState::kStarting, std::move(what));
-  Status st = co_await boot(box, op, fresh);
+  Status st = co_await set_state(box, BoxState::kStarting, std::move(what));
+  if (st.ok()) st = co_await boot(box, op, fresh);
   if (!*alive) co_return;
   if (st.ok()) {
     co_await finish(op, Phase::kDone, "running");
   } else {
-    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    // Refused by the quota: the box stays as it was. Anything else leaves it FAILED.
+    if (st.code() != Code::kResourceExhausted)
+      (void)co_await set_state(box, BoxState::kFailed, std::string(st.message()));
     co_await finish(op, Phase::kFailed, std::string(st.message()));
   }
   release(box.id);
@@ -335,17 +360,17 @@ asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
 
 asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
   auto alive = alive_;
-  co_await set_state(box, BoxState::kHibernating, "freezing");
+  (void)co_await set_state(box, BoxState::kHibernating, "freezing");
   co_await event(op, Phase::kFreezing, "freezing the machine");
   drop_connection(box.id);
   Status st = co_await backend_.hibernate(box.id);
   if (st.ok()) co_await failpoint("boxes.hibernate.frozen");
   if (!*alive) co_return;
   if (st.ok()) {
-    co_await set_state(box, BoxState::kHibernated, "");
+    (void)co_await set_state(box, BoxState::kHibernated, "");
     co_await finish(op, Phase::kDone, "hibernated");
   } else {
-    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    (void)co_await set_state(box, BoxState::kFailed, std::string(st.message()));
     co_await finish(op, Phase::kFailed, std::string(st.message()));
   }
   release(box.id);
@@ -353,14 +378,22 @@ asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
 
 asio::awaitable<void> BoxManager::run_recreate(Box box, Operation op, bool preserve_data) {
   auto alive = alive_;
-  co_await set_state(box, BoxState::kStarting, "recreating");
+  Status st = co_await set_state(box, BoxState::kStarting, "recreating");
+  if (!st.ok()) {  // over the running quota: nothing was touched
+    co_await finish(op, Phase::kFailed, std::string(st.message()));
+    release(box.id);
+    co_return;
+  }
   co_await event(op, Phase::kCleaningUp, "releasing the old machine");
   drop_connection(box.id);
-  Status st = co_await backend_.release(box.id, machines::DataPolicy::kKeep);
+  st = co_await backend_.release(box.id, machines::DataPolicy::kKeep);
+  if (st.code() == Code::kNotFound) st = ok_status();  // no machine: nothing to release
   if (st.ok() && !preserve_data) {
+    // A new box in all but name: its files, its agent (agent.db, box key) start empty.
     auto dir = options_.data_dir / "boxes" / box.id;
     std::error_code ec;
-    for (const char* sub : {"workspace", "home"}) std::filesystem::remove_all(dir / sub, ec);
+    for (const char* sub : {"workspace", "home", "agent"})
+      std::filesystem::remove_all(dir / sub, ec);
   }
   if (st.ok()) st = co_await boot(box, op, true);
   if (!*alive) co_return;
@@ -368,7 +401,7 @@ asio::awaitable<void> BoxManager::run_recreate(Box box, Operation op, bool prese
     std::string what = preserve_data ? "recreated, data kept" : "recreated";
     co_await finish(op, Phase::kDone, std::move(what));
   } else {
-    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    (void)co_await set_state(box, BoxState::kFailed, std::string(st.message()));
     co_await finish(op, Phase::kFailed, std::string(st.message()));
   }
   release(box.id);
@@ -392,7 +425,7 @@ asio::awaitable<void> BoxManager::run_remove(Box box, Operation op) {
       co_await finish(op, Phase::kFailed, std::string(m.message()));
     }
   } else {
-    co_await set_state(box, BoxState::kFailed, std::string(st.message()));
+    (void)co_await set_state(box, BoxState::kFailed, std::string(st.message()));
     co_await finish(op, Phase::kFailed, std::string(st.message()));
   }
   release(box.id);
@@ -495,7 +528,7 @@ asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::s
   if (box.state != BoxState::kRunning) {
     release(box.id);
     co_return failed_precondition(
-        fmt::format("box {} is not running (state {})", box.name, static_cast<int>(box.state)));
+        fmt::format("box {} is not running (it is {})", box.name, state_name(box.state)));
   }
   auto op = co_await start_operation(box, "hibernate");
   if (!op.ok()) {
@@ -513,6 +546,16 @@ asio::awaitable<Result<Operation>> BoxManager::recreate(int64_t user_id, std::st
   if (!found.ok()) co_return found.status();
   Box box = std::move(*found);
   CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  auto fresh = co_await store_.get_box_by_id(box.id);
+  if (fresh.ok()) box = std::move(*fresh);
+  if (box.state != BoxState::kRunning && box.state != BoxState::kStarting) {
+    // A recreated box runs: one that did not count against max_running now would.
+    Status quota = co_await check_running_quota(user_id);
+    if (!quota.ok()) {
+      release(box.id);
+      co_return quota;
+    }
+  }
   std::string params = preserve_data ? std::string(kPreserveData) : std::string();
   auto op = co_await start_operation(box, "recreate", std::move(params));
   if (!op.ok()) {
@@ -555,7 +598,7 @@ asio::awaitable<void> BoxManager::release_deleted() {
       std::error_code ec;
       std::filesystem::remove_all(options_.data_dir / "boxes" / box.id, ec);
       log::info("box of a removed user released", {{"box", box.id}});
-      co_await set_state(box, BoxState::kAbsent, "deleted with its user");
+      (void)co_await set_state(box, BoxState::kAbsent, "deleted with its user");
     } else {
       log::warn("cannot release a removed user's box; retrying at the next change",
                 {{"box", box.id}, {"error", st.to_string()}});
@@ -655,7 +698,7 @@ asio::awaitable<void> BoxManager::recover() {
       log::info("recovery: box reconciled", {{"box", box.id},
                                              {"from", static_cast<int>(box.state)},
                                              {"to", static_cast<int>(target)}});
-      co_await set_state(box, target, detail);
+      (void)co_await set_state(box, target, detail);
     }
   }
 

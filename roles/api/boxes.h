@@ -128,8 +128,9 @@ class BoxManager {
   asio::awaitable<void> run_remove(Box box, Operation op);
   asio::awaitable<Status> boot(Box& box, const Operation& op, bool fresh);
   asio::awaitable<Status> wait_ready(const Box& box, const std::string& wake_id);
-  asio::awaitable<void> set_state(Box& box, BoxState state, std::string detail,
-                                  std::string wake_id = {});
+  // Records |state|; kResourceExhausted when the store refuses STARTING over the quota.
+  asio::awaitable<Status> set_state(Box& box, BoxState state, std::string detail,
+                                    std::string wake_id = {});
   asio::awaitable<void> event(const Operation& op, Phase phase, std::string detail);
   asio::awaitable<void> finish(const Operation& op, Phase phase, std::string detail);
   asio::awaitable<void> wait_operation(const std::string& box_id);

@@ -211,7 +211,8 @@ pid3=$(machine_pid "$main_id")
 [[ $pid3 != "$pid2" ]] || fail "machine pid unchanged across recreate without data"
 hello3=$(call hello) || fail "hello after recreate without data"
 [[ $(json 'v["wake_id"]' <<<"$hello3") != "$wake2" ]] || fail "wake_id unchanged across recreate without data"
-ok "Recreate without preserve_data: /workspace emptied, machine restarted"
+[[ $(json 'v["public_key"]' <<<"$hello3") != "$key1" ]] || fail "box key kept although data was not"
+ok "Recreate without preserve_data: /workspace emptied, machine restarted, a new box key"
 
 # 4. Quotas and bad input, as user bob: two boxes, one running at a time.
 COCOONBOX_TOKEN=$bob call ensure --name one --wait >/dev/null || fail "bob's first box"
@@ -240,7 +241,11 @@ err=$(COCOONBOX_TOKEN=$bob refused call ensure --name one --wait)
 [[ $err == RESOURCE_EXHAUSTED:* && $err == *max_running* ]] || fail "waking over max_running: $err"
 [[ $(COCOONBOX_TOKEN=$bob call get --name one | json 'v["state"]') == STATE_HIBERNATED ]] ||
   fail "a refused wake changed box one"
-ok "max_running counts running boxes only: a hibernated box frees its slot and its wake is refused"
+err=$(COCOONBOX_TOKEN=$bob refused call recreate --name one)
+[[ $err == RESOURCE_EXHAUSTED:* && $err == *max_running* ]] || fail "recreate over max_running: $err"
+[[ $(COCOONBOX_TOKEN=$bob call get --name one | json 'v["state"]') == STATE_HIBERNATED ]] ||
+  fail "a refused recreate changed box one"
+ok "max_running counts running boxes only: a hibernated box frees its slot; its wake and recreate are refused"
 
 # With nothing running, a third box is over max_boxes.
 op=$(COCOONBOX_TOKEN=$bob call hibernate --name two) || fail "hibernate two"

@@ -120,6 +120,7 @@ ok "restart: the Hibernate resumed to HIBERNATED; the same machine wakes"
 # --- user rm against a live api ---
 "$bin" api --data-dir "$data" user add carol >/dev/null || fail "user add carol"
 carol=$("$bin" api --data-dir "$data" token issue carol 2>/dev/null) || fail "token issue carol"
+sleep 1.2  # a running api picks up admin changes within a second
 cbox=$(COCOONBOX_TOKEN=$carol call ensure --wait) || fail "carol ensure: $cbox"
 cbox_id=$(json 'v["id"]' <<<"$cbox")
 cpid=$(machine_pid "$cbox_id")
