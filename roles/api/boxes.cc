@@ -629,6 +629,16 @@ asio::awaitable<Result<std::pair<Box, std::shared_ptr<http::H2Connection>>>> Box
   auto& rt = runtime(box.id);
   if (box.state == BoxState::kRunning && rt.conn && rt.conn->accepting_streams() && !rt.busy)
     co_return std::make_pair(box, rt.conn);
+  if (box.state == BoxState::kRunning && !rt.busy) {
+    // No live connection: make sure the machine is still there. One that died under a
+    // RUNNING box (killed, crashed) is started again, with its data, as Ensure would.
+    auto machine = backend_.status(box.id);
+    if (machine.ok() && *machine != machines::MachineState::kRunning) {
+      log::warn("box machine gone while running; starting it again", {{"box", box.id}});
+      drop_connection(box.id);
+      (void)co_await set_state(box, BoxState::kFailed, "the machine exited unexpectedly");
+    }
+  }
   // Not running (or the connection went away): wake or start it as Ensure would.
   if (box.state != BoxState::kRunning || rt.busy) {
     auto ensured = co_await ensure(user_id, box.name, true);

@@ -21,8 +21,12 @@ cleanup() {
       [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
     done
   fi
-  for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
-    for d in "$cg"/bx_*; do [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }; done
+  # Only this test's boxes: other tests (and people) may run boxes on this machine.
+  for box_dir in "$data"/boxes/bx_*; do
+    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
+      d=$cg/$(basename "$box_dir")
+      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
+    done
   done
   rm -rf "$tmp"
 }
