@@ -7,16 +7,16 @@
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
 
 #include <CLI/CLI.hpp>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <termios.h>
-#include <unistd.h>
 
 #include <cstdio>
+#include <fcntl.h>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <termios.h>
+#include <unistd.h>
 #include <vector>
 
 namespace cb::cli {
@@ -193,7 +193,8 @@ std::optional<bool> confirm(const std::string& question) {
 }
 
 std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
+  while (!s.empty() &&
+         (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
     s.pop_back();
   size_t i = 0;
   while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
@@ -248,9 +249,10 @@ class Cli {
 
     std::string token;
     if (!o_.token_from.empty() && o_.token_from != "-") {
-      co_return Failure{"--token takes only \"-\" (read the token from stdin); a token in argv "
-                        "would be visible to every user of this machine",
-                        kUsage};
+      co_return Failure{
+          "--token takes only \"-\" (read the token from stdin); a token in argv "
+          "would be visible to every user of this machine",
+          kUsage};
     }
     if (o_.token_from == "-" || ::isatty(STDIN_FILENO) != 1) {
       std::getline(std::cin, token);
@@ -280,15 +282,14 @@ class Cli {
     Status stored = co_await client::store_token(*dir, cfg, token);
     if (!stored.ok()) co_return Failure{std::string(stored.message())};
     if (o_.json) {
-      std::cout << nlohmann::json({{"endpoint", cfg.endpoint}, {"boxes", boxes->boxes_size()}})
-                       .dump()
-                << "\n";
+      std::cout
+          << nlohmann::json({{"endpoint", cfg.endpoint}, {"boxes", boxes->boxes_size()}}).dump()
+          << "\n";
     } else {
-      std::cout << fmt::format("Logged in to {} ({} box{}). The token is in {}.\n", cfg.endpoint,
-                               boxes->boxes_size(), boxes->boxes_size() == 1 ? "" : "es",
-                               cfg.credential_helper.empty()
-                                   ? (*dir / "token").string()
-                                   : "the credential helper");
+      std::cout << fmt::format(
+          "Logged in to {} ({} box{}). The token is in {}.\n", cfg.endpoint, boxes->boxes_size(),
+          boxes->boxes_size() == 1 ? "" : "es",
+          cfg.credential_helper.empty() ? (*dir / "token").string() : "the credential helper");
     }
     co_return std::nullopt;
   }
@@ -425,8 +426,8 @@ class Cli {
     if (!op.ok()) co_return from_status(op.status(), "box " + box_label());
     if (o_.no_wait) {
       if (o_.json) {
-        std::cout << nlohmann::json({{"operation", op->id()}, {"box_id", op->box_id()},
-                                     {"kind", op->kind()}})
+        std::cout << nlohmann::json(
+                         {{"operation", op->id()}, {"box_id", op->box_id()}, {"kind", op->kind()}})
                          .dump()
                   << "\n";
       } else {
@@ -511,8 +512,8 @@ class Cli {
     }
     std::cout << fmt::format("{:<20} {:<17} {:<12} {}\n", "NAME", "ID", "STATE", "CLIENTS");
     for (const auto& b : r->boxes()) {
-      std::cout << fmt::format("{:<20} {:<17} {:<12} {}\n", b.name(), b.id(),
-                               state_name(b.state()), b.attached_clients());
+      std::cout << fmt::format("{:<20} {:<17} {:<12} {}\n", b.name(), b.id(), state_name(b.state()),
+                               b.attached_clients());
     }
     co_return std::nullopt;
   }
@@ -618,8 +619,7 @@ int run(std::span<char* const> args) {
   auto* ensure = app.add_subcommand("ensure", "Create the box if absent, wake it if hibernated");
   add_box_flags(ensure, true);
   ensure->footer("Examples:\n  cocoonbox ensure\n  cocoonbox ensure --box work --json");
-  auto* hibernate =
-      app.add_subcommand("hibernate", "Freeze the box: programs and memory are kept");
+  auto* hibernate = app.add_subcommand("hibernate", "Freeze the box: programs and memory are kept");
   add_box_flags(hibernate, true);
   auto* upgrade = app.add_subcommand(
       "upgrade",

@@ -2,17 +2,17 @@
 
 #include "proc/spawn.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace cb::client {
 
@@ -37,7 +37,8 @@ Status write_private(const fs::path& dir, const char* name, std::string_view dat
   RETURN_IF_ERROR(ensure_dir(dir));
   fs::path tmp = dir / fmt::format(".{}.tmp{}", name, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return internal_error(fmt::format("write {}: {}", tmp.string(), std::strerror(errno)));
+  if (fd < 0)
+    return internal_error(fmt::format("write {}: {}", tmp.string(), std::strerror(errno)));
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::write(fd, data.data() + off, data.size() - off);
@@ -56,8 +57,8 @@ Status write_private(const fs::path& dir, const char* name, std::string_view dat
   }
   if (::rename(tmp.c_str(), (dir / name).c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return internal_error(fmt::format("rename into {}: {}", (dir / name).string(),
-                                      std::strerror(errno)));
+    return internal_error(
+        fmt::format("rename into {}: {}", (dir / name).string(), std::strerror(errno)));
   }
   return ok_status();
 }
@@ -121,8 +122,7 @@ Result<std::optional<ClientConfig>> load_config(const fs::path& dir) {
   ASSIGN_OR_RETURN(auto text, read_file(dir / kConfigFile));
   if (!text) return std::optional<ClientConfig>();
   auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("endpoint") ||
-      !j["endpoint"].is_string()) {
+  if (j.is_discarded() || !j.is_object() || !j.contains("endpoint") || !j["endpoint"].is_string()) {
     return data_loss(fmt::format("{} is not a cocoonbox client config (want {{\"endpoint\": ...}})",
                                  (dir / kConfigFile).string()));
   }
@@ -178,11 +178,13 @@ asio::awaitable<Status> erase_login(const fs::path& dir, const ClientConfig& con
   }
   std::error_code ec;
   fs::remove(dir / kTokenFile, ec);
-  if (ec) co_return internal_error(fmt::format("remove {}: {}", (dir / kTokenFile).string(),
-                                               ec.message()));
+  if (ec)
+    co_return internal_error(
+        fmt::format("remove {}: {}", (dir / kTokenFile).string(), ec.message()));
   fs::remove(dir / kConfigFile, ec);
-  if (ec) co_return internal_error(fmt::format("remove {}: {}", (dir / kConfigFile).string(),
-                                               ec.message()));
+  if (ec)
+    co_return internal_error(
+        fmt::format("remove {}: {}", (dir / kConfigFile).string(), ec.message()));
   co_return ok_status();
 }
 

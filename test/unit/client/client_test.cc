@@ -2,11 +2,11 @@
 #include "client/endpoint.h"
 
 #include <catch2/catch.hpp>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 
 namespace cb::client {
 namespace {
