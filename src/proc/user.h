@@ -33,9 +33,17 @@ struct User {
 // Errors: kNotFound if there is no such user; kInternal if /etc/passwd cannot be read.
 Result<User> lookup_user(std::string_view name);
 
+// The first account in /etc/passwd with |uid|, with its groups as lookup_user() gives them.
+// Errors: kNotFound if no entry has |uid|; kInternal if /etc/passwd cannot be read.
+Result<User> lookup_uid(uid_t uid);
+
 // As lookup_user(), reading |passwd| and |group| instead. A missing |group| file gives a user
 // with only the primary group.
 Result<User> lookup_user_in(std::string_view name, const std::filesystem::path& passwd,
                             const std::filesystem::path& group);
+
+// As lookup_uid(), reading |passwd| and |group| instead.
+Result<User> lookup_uid_in(uid_t uid, const std::filesystem::path& passwd,
+                           const std::filesystem::path& group);
 
 }  // namespace cb::proc

@@ -46,6 +46,29 @@ TEST_CASE("lookup_user: reads passwd and collects supplementary groups", "[proc]
   CHECK(no_groups->groups == std::vector<gid_t>{0});
 }
 
+TEST_CASE("lookup_uid: finds the first account with a uid, with its groups", "[proc][unit]") {
+  TempDir dir;
+  {
+    std::ofstream passwd(dir.file("passwd"));
+    passwd << "root:x:0:0:root:/root:/bin/bash\n"
+              "broken:x:1000:x:::\n"
+              "alice:x:1000:1000:Alice:/home/alice:/bin/zsh\n"
+              "alias:x:1000:1000:Alias:/home/alias:/bin/sh\n";
+    std::ofstream group(dir.file("group"));
+    group << "sudo:x:27:alice\n";
+  }
+  auto alice = lookup_uid_in(1000, dir.file("passwd"), dir.file("group"));
+  REQUIRE(alice.ok());
+  CHECK(alice->name == "alice");
+  CHECK(alice->home == "/home/alice");
+  CHECK(alice->groups == std::vector<gid_t>{1000, 27});
+  CHECK(lookup_uid_in(4242, dir.file("passwd"), dir.file("group")).status().code() ==
+        Code::kNotFound);
+  auto root = lookup_uid(0);
+  REQUIRE(root.ok());
+  CHECK(root->name == "root");
+}
+
 TEST_CASE("lookup_user: finds root in /etc/passwd", "[proc][unit]") {
   auto root = lookup_user("root");
   REQUIRE(root.ok());
