@@ -62,6 +62,8 @@ int run_agent(const Flags& flags) {
   config.listen = flags.listen;
   config.identity_path = flags.identity_path;
   config.data_dir = flags.data_dir;
+  config.exec.desktop_user = flags.desktop_user;
+  config.exec.workspace = flags.workspace;
   auto agent = Agent::create(io.get_executor(), std::move(config));
   if (!agent.ok()) {
     log::error("agent failed to start", {{"error", agent.status().to_string()}});

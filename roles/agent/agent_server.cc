@@ -86,7 +86,8 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       db_(std::move(db)),
       box_key_(std::move(box_key)),
       identity_(config_.identity_path, *config_.clock),
-      session_(box_key_.public_key(), identity_) {
+      exec_(executor_, config_.exec),
+      session_(box_key_.public_key(), identity_, exec_) {
   grpc_server_.add_service(session_);
   // The authorizer runs on the loop for every call; |this| owns the gRPC server, so it
   // outlives every call the server routes.
@@ -177,6 +178,7 @@ asio::awaitable<Status> Agent::start() {
 asio::awaitable<void> Agent::shutdown(net::Deadline deadline) {
   remove_socket();
   co_await http_server_->shutdown(deadline);
+  exec_.kill_all();
 }
 
 }  // namespace cb::agent

@@ -1,7 +1,7 @@
 #pragma once
 // Agent: one running agent (README.md): its data directory (0700) with agent.db and box.key,
-// the identity store, the Session service, and an HTTP/2 server for them on a unix socket
-// (0660) plus an optional TCP listener. Every call passes the credential check of
+// the identity store, the Session service (Hello, Exec), and an HTTP/2 server for them on a unix
+// socket (0660) plus an optional TCP listener. Every call passes the credential check of
 // IdentityStore::check() first (grpc::Server::set_authorizer); refusals are logged with the
 // method and the reason, never the credential.
 //
@@ -20,6 +20,7 @@
 #include "grpc/server.h"
 #include "http/server.h"
 #include "net/asio.h"
+#include "roles/agent/exec_service.h"
 #include "roles/agent/flags.h"
 #include "roles/agent/identity.h"
 #include "roles/agent/session_service.h"
@@ -39,6 +40,7 @@ struct AgentConfig {
   std::filesystem::path data_dir;
   const Clock* clock = &system_clock();               // credential expiry, agent_starts
   crypto::Random* random = &crypto::system_random();  // the box key, on first start
+  ExecConfig exec;  // Session.Exec: desktop user, default cwd, kill grace
 };
 
 class Agent {
@@ -60,7 +62,7 @@ class Agent {
   // Records this start in agent.db and starts accepting. Errors: agent.db's.
   asio::awaitable<Status> start();
   // Removes the socket file, stops accepting, lets calls in flight finish until |deadline|,
-  // then closes what is left.
+  // then closes what is left and SIGKILLs the process groups of Execs still running.
   asio::awaitable<void> shutdown(net::Deadline deadline);
 
   const std::string& socket_path() const { return config_.socket_path; }
@@ -79,6 +81,7 @@ class Agent {
   std::unique_ptr<db::Worker> db_;
   crypto::X25519KeyPair box_key_;
   IdentityStore identity_;
+  ExecService exec_;
   SessionService session_;
   // Declared in this order so the HTTP server goes first, then the router it uses, then the
   // gRPC server the router's routes point into, then the service.

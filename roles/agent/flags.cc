@@ -92,6 +92,14 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
   app.add_option("--data-dir", data_dir,
                  "state directory holding agent.db and box.key (default /var/lib/cocoonbox-agent "
                  "as root, else $XDG_DATA_HOME/cocoonbox-agent)");
+  app.add_option("--desktop-user", flags.desktop_user,
+                 "account Session.Exec runs processes as, when the agent runs as root and the "
+                 "account exists (else the agent's own)")
+      ->capture_default_str();
+  app.add_option("--workspace", flags.workspace,
+                 "Session.Exec's default working directory (the user's home when it does not "
+                 "exist)")
+      ->capture_default_str();
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
@@ -111,6 +119,8 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
   };
   if (flags.socket_path.empty()) return usage("--socket must not be empty");
   if (flags.identity_path.empty()) return usage("--identity must not be empty");
+  if (flags.workspace.empty() || flags.workspace[0] != '/')
+    return usage("--workspace must be an absolute path");
   if (!listen.empty()) {
     auto address = parse_host_port(listen);
     if (!address.ok()) return usage(fmt::format("--listen: {}", address.status().message()));

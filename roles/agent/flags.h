@@ -48,7 +48,9 @@ struct Flags {
   std::optional<HostPort> listen;  // --listen; loopback unless allow_remote
   bool allow_remote = false;
   std::string identity_path = std::string(kDefaultIdentityPath);
-  std::string data_dir;  // resolved: never empty in a returned Flags
+  std::string data_dir;                  // resolved: never empty in a returned Flags
+  std::string desktop_user = "user";     // Session.Exec runs as this account (agent as root)
+  std::string workspace = "/workspace";  // Session.Exec's default working directory
 };
 
 // Parses |args| (args[0] is the role name). Returns the Flags, or the exit status after

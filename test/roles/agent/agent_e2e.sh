@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `cocoonbox agent` as the box runs it: the real binary on a unix socket (and loopback TCP),
 # called by a third-party client (Python grpcio) with credentials minted by a test helper that
-# plays the api. Checks Hello, refusals, identity reload on a new wake, SIGTERM (exit 0, socket
-# removed), box key reuse, and a restart after SIGKILL.
+# plays the api. Checks Hello, refusals, identity reload on a new wake, an Exec (bidi stream:
+# stdin through cat, stderr apart, the exit code), SIGTERM (exit 0, socket removed), box key
+# reuse, and a restart after SIGKILL.
 #
 # Usage: agent_e2e.sh PATH_TO_COCOONBOX PATH_TO_MINT_CREDENTIAL PROTO_ROOT
 set -euo pipefail
@@ -31,6 +32,7 @@ fail() {
 }
 
 sock=$tmp/agent.sock
+mkdir "$tmp/ws"
 ident=$tmp/identity
 data=$tmp/data
 seed=42
@@ -40,7 +42,7 @@ box="box-e2e"
 start_agent() {
   : >"$tmp/out"
   "$bin" agent --socket "$sock" --identity "$ident" --data-dir "$data" --listen 127.0.0.1:0 \
-    >"$tmp/out" 2>>"$tmp/log" &
+    --workspace "$tmp/ws" >"$tmp/out" 2>>"$tmp/log" &
   pid=$!
   for _ in $(seq 100); do
     grep -q '^listening on unix:' "$tmp/out" 2>/dev/null && [[ -S $sock ]] && return 0
@@ -114,7 +116,7 @@ out=$(hello "$cred1") || fail "Hello: $out"
 [[ $(field "$out" box_id) == "$box" ]] || fail "box_id in $out"
 [[ $(field "$out" wake_id) == wake-1 ]] || fail "wake_id in $out"
 [[ $(field "$out" agent_version) == "$version" ]] || fail "agent_version in $out, want $version"
-[[ $(field "$out" capabilities) == '["session.hello"]' ]] || fail "capabilities in $out"
+[[ $(field "$out" capabilities) == '["session.hello", "session.exec"]' ]] || fail "capabilities in $out"
 key1=$(field "$out" box_public_key)
 [[ ${#key1} == 64 ]] || fail "box_public_key $key1 is not 32 bytes"
 
@@ -123,6 +125,23 @@ want_refused UNAUTHENTICATED "garbage credential" "garbage"
 want_refused UNAUTHENTICATED "other box" "$("$mint" credential $seed $key_id box-other wake-1 +600)"
 want_refused UNAUTHENTICATED "expired" "$("$mint" credential $seed $key_id $box wake-1 -300)"
 want_refused UNAUTHENTICATED "other key" "$("$mint" credential 7 $key_id $box wake-1 +600)"
+
+# --- Exec from grpcio: 3 MiB through cat, stderr apart, the exit code, the workspace as cwd
+head -c $((3 << 20)) /dev/urandom >"$tmp/random"
+out=$("$py" "$here/exec_client.py" --pb_dir="$tmp/pb" --socket="$sock" --credential="$cred1" \
+  --command='cat; echo to-stderr >&2; pwd >&2; exit 3' --stdin_file="$tmp/random") ||
+  fail "Exec: $out"
+[[ $(field "$out" stdout_sha256) == $(sha256sum <"$tmp/random" | cut -d' ' -f1) ]] ||
+  fail "Exec: stdout differs from stdin: $out"
+[[ $(field "$out" exit_code) == 3 ]] || fail "Exec: exit code in $out, want 3"
+[[ $(field "$out" stderr) == "to-stderr"$'\n'"$tmp/ws" ]] || fail "Exec: stderr in $out"
+[[ $(field "$out" credited) == $((3 << 20)) ]] || fail "Exec: stdin credit in $out"
+set +e
+out=$("$py" "$here/exec_client.py" --pb_dir="$tmp/pb" --socket="$sock" --credential="$cred1" \
+  --command=pwd --cwd="$tmp/no-such-dir")
+rc=$?
+set -e
+[[ $rc == 1 && $(field "$out" code) == FAILED_PRECONDITION ]] || fail "Exec with a bad cwd: $out"
 
 # --- a wake: new wake_id, old credentials die
 "$mint" identity $seed $key_id $box wake-2 >"$ident"

@@ -1,6 +1,7 @@
 // The agent in-process: a real Agent on a unix socket in a temporary directory, with an
 // identity file written here, called through our gRPC Channel the way the api's edge calls it.
 
+#include "agent_harness.h"
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "crypto/bytes.h"
 #include "db/database.h"
@@ -36,51 +37,19 @@ namespace {
 namespace v1 = ::cocoonbox::agent::v1;
 using namespace std::chrono_literals;
 using cb::test::run_sync;
+using test::call_options_with;
 using test::fresh_credential;
 using test::identity_json;
+using test::kBox;
+using test::kKeyId;
+using test::kWake;
+using test::none;
 using test::now_unix;
+using test::one;
+using test::Setup;
 using test::TempDir;
+using test::with_agent;
 using test::write_file;
-
-constexpr std::string_view kBox = "box-7f3a";
-constexpr std::string_view kWake = "wake-0001";
-constexpr std::string_view kKeyId = "edge-2026-10";
-
-// One agent's files in a temporary directory.
-struct Setup {
-  TempDir dir;
-  crypto::SeededRandom random{7};
-  crypto::SigningKey edge_key = crypto::SigningKey::generate(random);  // the api's
-  crypto::SeededRandom box_random{8};
-
-  AgentConfig config() {
-    AgentConfig c;
-    c.socket_path = dir / "agent.sock";
-    c.identity_path = dir / "identity";
-    c.data_dir = dir.path() / "data";
-    c.random = &box_random;
-    return c;
-  }
-  void deliver(std::string_view wake = kWake) {
-    write_file(dir / "identity", identity_json(edge_key, kKeyId, kBox, wake));
-  }
-  std::string credential(std::string_view wake = kWake) {
-    return fresh_credential(edge_key, kKeyId, kBox, wake);
-  }
-};
-
-std::vector<std::string> one(std::string credential) { return {std::move(credential)}; }
-std::vector<std::string> none() { return {}; }
-
-// Plain function, not a coroutine: gcc 12 mishandles braced temporaries in coroutine bodies.
-grpc::CallOptions call_options_with(const std::vector<std::string>& credentials) {
-  grpc::CallOptions options;
-  options.deadline = net::after(5s);
-  for (const auto& c : credentials) {
-    options.metadata.push_back(http::Header{std::string(kCredentialHeader), c});
-  }
-  return options;
-}
 
 // Calls |path| with a HelloRequest over the unix socket at |socket|, with |credentials| as
 // x-cocoonbox-credential headers (none, one, or several).
@@ -106,30 +75,6 @@ asio::awaitable<Result<v1::HelloResponse>> hello(const Agent& agent,
   co_return r;
 }
 
-// Creates and starts an agent from |config|, runs |body| on the loop, then shuts the agent
-// down (also when |body| throws, so run_sync always returns) and rethrows.
-template <typename Body>
-void with_agent(const AgentConfig& config, Body body) {
-  asio::io_context io;
-  auto agent = Agent::create(io.get_executor(), config);
-  REQUIRE(agent.status() == ok_status());
-  run_sync(io, [&]() -> asio::awaitable<void> {
-    std::exception_ptr failure;
-    Status started = co_await (*agent)->start();
-    if (!started.ok()) {
-      failure = std::make_exception_ptr(std::runtime_error(started.to_string()));
-    } else {
-      try {
-        co_await body(**agent);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    }
-    co_await (*agent)->shutdown(net::after(2s));
-    if (failure) std::rethrow_exception(failure);
-  }());
-}
-
 mode_t mode_of(const std::string& path) {
   struct stat st {};
   REQUIRE(::lstat(path.c_str(), &st) == 0);
@@ -150,8 +95,9 @@ TEST_CASE("Agent: Hello with the edge's credential answers the box's key and ide
   CHECK(resp->box_public_key() == std::string(crypto::char_view(box_key)));
   CHECK(resp->box_public_key().size() == crypto::kX25519KeySize);
   CHECK(resp->agent_version() == CB_EXPECTED_AGENT_VERSION);
-  REQUIRE(resp->capabilities_size() == 1);
+  REQUIRE(resp->capabilities_size() == 2);
   CHECK(resp->capabilities(0) == "session.hello");
+  CHECK(resp->capabilities(1) == "session.exec");
   CHECK(resp->box_id() == kBox);
   CHECK(resp->wake_id() == kWake);
 }

@@ -92,6 +92,14 @@ TEST_CASE("parse_flags: defaults and explicit values", "[agent][unit]") {
   CHECK(std::get<Flags>(defaults).identity_path == "/run/cocoonbox/identity");
   CHECK_FALSE(std::get<Flags>(defaults).data_dir.empty());
   CHECK_FALSE(std::get<Flags>(defaults).listen);
+  CHECK(std::get<Flags>(defaults).desktop_user == "user");
+  CHECK(std::get<Flags>(defaults).workspace == "/workspace");
+
+  Args exec({"agent", "--data-dir", "/tmp/d", "--desktop-user", "dev", "--workspace", "/srv/w"});
+  auto e = parse_flags(exec.span());
+  REQUIRE(std::holds_alternative<Flags>(e));
+  CHECK(std::get<Flags>(e).desktop_user == "dev");
+  CHECK(std::get<Flags>(e).workspace == "/srv/w");
 }
 
 TEST_CASE("parse_flags: a non-loopback --listen needs --allow-remote", "[agent][unit]") {
@@ -113,7 +121,8 @@ TEST_CASE("run: usage errors exit 2, --help and --version exit 0", "[agent][unit
                                              {"agent", "--listen", "nonsense"},
                                              {"agent", "--listen"},
                                              {"agent", "--allow-remote"},
-                                             {"agent", "--socket", ""}}) {
+                                             {"agent", "--socket", ""},
+                                             {"agent", "--workspace", "relative"}}) {
     INFO(words.back());
     Args args(words);
     CHECK(run(args.span()) == 2);
