@@ -19,6 +19,9 @@
 #ifdef CB_HAVE_ROLE_CLI
 #include "roles/cli/cli.h"
 #endif
+#ifdef CB_HAVE_ROLE_RSH
+#include "roles/rsh/rsh.h"
+#endif
 
 namespace cb {
 
@@ -34,6 +37,9 @@ inline const std::vector<Role> kRoles = {
 #endif
 #ifdef CB_HAVE_ROLE_AGENT
     {"agent", agent::run, "the agent that lives in each box"},
+#endif
+#ifdef CB_HAVE_ROLE_RSH
+    {"rsh", rsh::run, "run a command in your box; git's and rsync's remote shell"},
 #endif
 };
 

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# `cocoonbox rsh` end to end through a real api's edge and the box's agent (seed §13.7): exit
+# codes and stderr kept apart, 50 MiB through cat both ways, a PTY with resize, signals
+# forwarded (130/143, a remote trap's own code), real rsync (first run, no change, one change)
+# and real git (clone, push, with and without GIT_SSH_VARIANT=simple), a second call while an
+# Exec holds a full stdin, and rsh's own failures as 255.
+# Usage: rsh.sh PATH_TO_COCOONBOX
+set -euo pipefail
+bin=$(readlink -f "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+data=$tmp/data
+export XDG_CONFIG_HOME=$tmp/config
+api_pid=""
+cleanup() {
+  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
+  jobs -p | xargs -r kill 2>/dev/null || true
+  if [[ -d $data/boxes ]]; then
+    for f in "$data"/boxes/*/machine.json; do
+      [[ -f $f ]] || continue
+      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
+      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
+    done
+  fi
+  # Only this test's boxes: other tests (and people) may run boxes on this machine.
+  for box_dir in "$data"/boxes/bx_*; do
+    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
+      d=$cg/$(basename "$box_dir")
+      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
+    done
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
+  exit 1
+}
+passed=0
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+rsh() { "$bin" rsh "$@"; }
+box_sh() { rsh --box main "$@" </dev/null; }
+
+"$bin" api --data-dir "$data" --listen 127.0.0.1:0 --idle-hibernate 0 >"$tmp/out" 2>"$tmp/err" &
+api_pid=$!
+for _ in $(seq 1 200); do
+  port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
+  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+set +e
+out=$(rsh true 2>&1); rc=$?
+set -e
+[[ $rc == 255 && $out == *"not logged in"* ]] || fail "rsh before login: $rc $out"
+"$bin" login --endpoint "http://127.0.0.1:$port" --token - <"$data/admin.token" >/dev/null
+"$bin" ensure >/dev/null 2>&1 || fail "ensure"
+
+# --- §13.7: uname -a; false; exit 42 ---
+set +e
+rsh --box main 'uname -a; id -un; pwd; echo to-stderr >&2; false; echo "false gave $?"; exit 42' \
+  >"$tmp/o" 2>"$tmp/e" </dev/null
+rc=$?
+set -e
+[[ $rc == 42 ]] || fail "exit code $rc, want 42"
+grep -q '^Linux ' "$tmp/o" || fail "no uname: $(cat "$tmp/o")"
+grep -qx '/workspace' "$tmp/o" || fail "not in /workspace: $(cat "$tmp/o")"
+grep -qx 'false gave 1' "$tmp/o" || fail "false: $(cat "$tmp/o")"
+[[ $(cat "$tmp/e") == to-stderr ]] || fail "stderr not kept apart: $(cat "$tmp/e")"
+! grep -q to-stderr "$tmp/o" || fail "stderr leaked into stdout"
+[[ $(sed -n 2p "$tmp/o") != root ]] || fail "runs as root in the box"
+ok "uname -a; false; exit 42: codes 1 and 42, stderr apart, $(sed -n 2p "$tmp/o") in /workspace"
+
+# --- 50 MiB through cat, both ways ---
+head -c $((50 * 1024 * 1024)) /dev/urandom >"$tmp/big"
+want=$(sha256sum <"$tmp/big" | cut -d' ' -f1)
+rsh 'cat > /workspace/big' <"$tmp/big" || fail "upload"
+[[ $(box_sh 'sha256sum < /workspace/big' | cut -d' ' -f1) == "$want" ]] || fail "upload sha256"
+[[ $(box_sh 'cat /workspace/big' | sha256sum | cut -d' ' -f1) == "$want" ]] || fail "download sha256"
+[[ $(rsh cat <"$tmp/big" | sha256sum | cut -d' ' -f1) == "$want" ]] || fail "round trip sha256"
+# rsync hands the remote shell a non-blocking stdout: a slow reader must not cost a byte.
+nonblock='import fcntl, os, sys
+fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)
+os.execv(sys.argv[1], sys.argv[1:])'
+got=$(/usr/bin/python3 -c "$nonblock" "$bin" rsh --box main 'cat /workspace/big' </dev/null |
+  (sleep 1; sha256sum) | cut -d' ' -f1)
+[[ $got == "$want" ]] || fail "download to a non-blocking stdout and a slow reader"
+box_sh 'rm /workspace/big'
+ok "50 MiB of random data through cat: upload, download (also to a slow non-blocking stdout), round trip"
+
+# --- a PTY: size, TERM, typed input, resize, exit code ---
+set +e
+/usr/bin/python3 "$here/pty_drive.py" "$bin" rsh -t \
+  'tty; echo TERM=$TERM; stty size; echo READY; read x; echo got=$x; stty size; exit 5' >"$tmp/pty"
+rc=$?
+set -e
+tr -d '\r' <"$tmp/pty" >"$tmp/pty.txt"
+[[ $rc == 5 ]] || fail "-t exit $rc: $(cat "$tmp/pty.txt")"
+grep -q '^/dev/pts/' "$tmp/pty.txt" || fail "no tty: $(cat "$tmp/pty.txt")"
+grep -qx 'TERM=xterm-256color' "$tmp/pty.txt" || fail "TERM: $(cat "$tmp/pty.txt")"
+grep -qx '33 111' "$tmp/pty.txt" || fail "size: $(cat "$tmp/pty.txt")"
+grep -qx 'got=hello' "$tmp/pty.txt" || fail "typed input: $(cat "$tmp/pty.txt")"
+grep -qx '44 132' "$tmp/pty.txt" || fail "resize: $(cat "$tmp/pty.txt")"
+ok "-t: a pty of 33x111 with TERM, typed input read, resized to 44x132, exit 5 passed through"
+
+# --- signals ---
+set +e
+timeout --preserve-status -s INT 2 "$bin" rsh 'sleep 30' </dev/null; rc_int=$?
+out=$(timeout --preserve-status -s INT 2 "$bin" rsh 'trap "echo got-int; exit 9" INT; sleep 30 & wait' </dev/null); rc_trap=$?
+timeout --preserve-status -s TERM 2 "$bin" rsh 'sleep 31' </dev/null; rc_term=$?
+yes | timeout --preserve-status -s INT 2 "$bin" rsh 'sleep 32'; rc_full=$?
+set -e
+[[ $rc_int == 130 ]] || fail "SIGINT: rsh exited $rc_int, want 130"
+[[ $rc_trap == 9 && $out == got-int ]] || fail "remote trap: $rc_trap $out"
+[[ $rc_term == 143 ]] || fail "SIGTERM: rsh exited $rc_term, want 143"
+[[ $rc_full == 130 ]] || fail "SIGINT with a full stdin: $rc_full"
+[[ $(box_sh 'ps -eo args | grep -c "^sleep 3[012]"') == 0 ]] || fail "remote sleeps survived"
+ok "SIGINT -> 130, SIGTERM -> 143, a remote trap's exit 9, also with a full stdin; nothing left"
+
+# --- a second call while an Exec holds a full stdin ---
+yes | "$bin" rsh 'sleep 6' &
+stalled=$!
+sleep 1
+rsh true </dev/null || fail "second call"
+kill -0 "$stalled" 2>/dev/null || fail "the stalled Exec ended early"
+kill -INT "$stalled"; wait "$stalled" 2>/dev/null || true
+ok "a second call completes while another Exec holds a full stdin on the same agent connection"
+
+# --- rsync ---
+src=$tmp/tree
+mkdir -p "$src"
+for d in $(seq 1 20); do
+  mkdir -p "$src/d$d"
+  for f in $(seq 1 50); do echo "file $d/$f $RANDOM" >"$src/d$d/f$f.txt"; done
+done
+head -c 300000 /dev/urandom >"$src/d1/blob.bin"
+tree_sum() { (cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum); }
+rsync -a --stats -e "$bin rsh" "$src/" box:/workspace/tree/ >"$tmp/r1" || fail "rsync first run"
+[[ $(box_sh 'cd /workspace/tree && find . -type f | LC_ALL=C sort | xargs sha256sum') == "$(tree_sum "$src")" ]] ||
+  fail "trees differ after the first run"
+rsync -a --stats -e "$bin rsh" "$src/" box:/workspace/tree/ >"$tmp/r2" || fail "rsync no change"
+grep -q 'Number of regular files transferred: 0' "$tmp/r2" || fail "no-change run transferred files"
+echo changed >>"$src/d7/f7.txt"
+rsync -a --stats -e "$bin rsh" "$src/" main.box:/workspace/tree/ >"$tmp/r3" || fail "rsync one change"
+grep -q 'Number of regular files transferred: 1' "$tmp/r3" || fail "one-change run: $(grep transferred "$tmp/r3")"
+[[ $(box_sh 'cd /workspace/tree && find . -type f | LC_ALL=C sort | xargs sha256sum') == "$(tree_sum "$src")" ]] ||
+  fail "trees differ after the change"
+rsync -a -e "$bin rsh -l someone" box:/workspace/tree/ "$tmp/back/" || fail "rsync back with -l"
+[[ $(tree_sum "$tmp/back") == "$(tree_sum "$src")" ]] || fail "tree pulled back differs"
+ok "rsync of 1001 files: first run, no change (0 sent), one change (1 sent), pulled back equal"
+
+# --- git ---
+box_sh 'set -e; mkdir -p /workspace/repo && cd /workspace/repo && git init -q -b main . &&
+  git -c user.email=b@x -c user.name=box commit -q --allow-empty -m "made in the box"' || fail "box repo"
+export GIT_SSH_COMMAND="$bin rsh --box main"
+git clone -q box:/workspace/repo "$tmp/clone" || fail "git clone (probe, then simple)"
+[[ $(git -C "$tmp/clone" log --format=%s) == "made in the box" ]] || fail "clone content"
+GIT_SSH_VARIANT=simple git clone -q box:/workspace/repo "$tmp/clone2" || fail "git clone (simple)"
+GIT_SSH_VARIANT=ssh git -c protocol.version=2 clone -q "ssh://box:2222/workspace/repo" "$tmp/clone3" ||
+  fail "git clone (ssh variant: -p, -o SendEnv=GIT_PROTOCOL)"
+(cd "$tmp/clone" && git -c user.email=a@x -c user.name=me commit -q --allow-empty -m "from here" &&
+  git push -q origin main:pushed) || fail "git push"
+[[ $(box_sh 'git -C /workspace/repo log --format=%s pushed') == *"from here"* ]] || fail "push content"
+box_sh 'cd /workspace/repo && git -c user.email=b@x -c user.name=box commit -q --allow-empty -m second'
+git -C "$tmp/clone" fetch -q && [[ $(git -C "$tmp/clone" log --format=%s origin/main | head -1) == second ]] ||
+  fail "fetch of a commit made in the box"
+unset GIT_SSH_COMMAND
+ok "git: clone (probe -> simple, simple, ssh variant), push, fetch"
+
+# --- rsh's own failures ---
+set +e
+err=$(rsh -L 1:2:3 box true 2>&1); rc=$?
+set -e
+[[ $rc == 255 && $err == *"-L"* ]] || fail "unknown option: $rc $err"
+set +e
+err=$(rsh --box nosuch true 2>&1 </dev/null); rc=$?
+set -e
+[[ $rc == 255 && $err == *nosuch* ]] || fail "unknown box: $rc $err"
+rsh -G box 2>/dev/null && fail "-G probe answered 0"
+ok "unknown ssh option, unknown box and git's -G probe: exit 255"
+echo "$passed passed, 0 failed"
