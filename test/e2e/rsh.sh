@@ -3,7 +3,8 @@
 # codes and stderr kept apart, 50 MiB through cat both ways, a PTY with resize, signals
 # forwarded (130/143, a remote trap's own code), real rsync (first run, no change, one change)
 # and real git (clone, push, with and without GIT_SSH_VARIANT=simple), a second call while an
-# Exec holds a full stdin, and rsh's own failures as 255.
+# Exec holds a full stdin, rsh's own failures as 255, and (issue 3) a marker process that keeps
+# its PID across Hibernate and Ensure and does not run while the box is HIBERNATED.
 # Usage: rsh.sh PATH_TO_COCOONBOX
 set -euo pipefail
 bin=$(readlink -f "$1")
@@ -166,6 +167,29 @@ git -C "$tmp/clone" fetch -q && [[ $(git -C "$tmp/clone" log --format=%s origin/
   fail "fetch of a commit made in the box"
 unset GIT_SSH_COMMAND
 ok "git: clone (probe -> simple, simple, ssh variant), push, fetch"
+
+# --- issue 3: a marker process keeps its PID across Hibernate/Ensure and is frozen meanwhile ---
+box_id=$("$bin" status --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+counter=$data/boxes/$box_id/workspace/counter
+marker=$(box_sh 'setsid sh -c "i=0; while :; do i=\$((i+1)); echo \$i > /workspace/counter.tmp;
+  mv /workspace/counter.tmp /workspace/counter; sleep 0.05; done" </dev/null >/dev/null 2>&1 &
+  echo $!') || fail "start the marker"
+start_of() { box_sh "cut -d' ' -f22 /proc/$1/stat"; }
+born=$(start_of "$marker") || fail "marker not running"
+sleep 0.5
+"$bin" hibernate >/dev/null 2>&1 || fail "hibernate"
+frozen=$(cat "$counter")
+sleep 1
+[[ $(cat "$counter") == "$frozen" ]] || fail "the counter advanced while HIBERNATED ($frozen -> $(cat "$counter"))"
+"$bin" ensure >/dev/null 2>&1 || fail "ensure"
+[[ $(start_of "$marker") == "$born" ]] || fail "marker $marker is not the same process after the wake"
+sleep 0.5
+(($(cat "$counter") > frozen)) || fail "the counter did not move on after the wake"
+ok "a marker process keeps PID $marker across Hibernate and Ensure; its counter stood still at $frozen"
+"$bin" upgrade --yes >/dev/null 2>&1 || fail "upgrade"
+now=$(start_of "$marker" 2>/dev/null || true)
+[[ $now != "$born" ]] || fail "the marker survived a Recreate"
+ok "Recreate restarts the box's processes"
 
 # --- rsh's own failures ---
 set +e
