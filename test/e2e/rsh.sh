@@ -127,6 +127,17 @@ kill -0 "$stalled" 2>/dev/null || fail "the stalled Exec ended early"
 kill -INT "$stalled"; wait "$stalled" 2>/dev/null || true
 ok "a second call completes while another Exec holds a full stdin on the same agent connection"
 
+# --- the token is in no process's argv or environment (the pattern comes from the file, so
+# grep's own argv does not hold it) ---
+"$bin" rsh 'sleep 2' </dev/null &
+held=$!
+sleep 0.7
+leaks=$(grep -l -a -F -f "$data/admin.token" /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null || true)
+wait "$held" || fail "held call"
+[[ -z $leaks ]] || fail "the token is visible in: $leaks"
+[[ $(stat -c %a "$XDG_CONFIG_HOME/cocoonbox/token") == 600 ]] || fail "token file mode"
+ok "the token is in no process's argv or environment while rsh runs; stored 0600"
+
 # --- rsync ---
 src=$tmp/tree
 mkdir -p "$src"
@@ -141,6 +152,8 @@ rsync -a --stats -e "$bin rsh" "$src/" box:/workspace/tree/ >"$tmp/r1" || fail "
   fail "trees differ after the first run"
 rsync -a --stats -e "$bin rsh" "$src/" box:/workspace/tree/ >"$tmp/r2" || fail "rsync no change"
 grep -q 'Number of regular files transferred: 0' "$tmp/r2" || fail "no-change run transferred files"
+sent=$(sed -n 's/^Total bytes sent: \([0-9,]*\).*/\1/p' "$tmp/r2" | tr -d ,)
+((sent < 64 * 1024)) || fail "the no-change run sent $sent bytes"
 echo changed >>"$src/d7/f7.txt"
 rsync -a --stats -e "$bin rsh" "$src/" main.box:/workspace/tree/ >"$tmp/r3" || fail "rsync one change"
 grep -q 'Number of regular files transferred: 1' "$tmp/r3" || fail "one-change run: $(grep transferred "$tmp/r3")"
@@ -148,7 +161,7 @@ grep -q 'Number of regular files transferred: 1' "$tmp/r3" || fail "one-change r
   fail "trees differ after the change"
 rsync -a -e "$bin rsh -l someone" box:/workspace/tree/ "$tmp/back/" || fail "rsync back with -l"
 [[ $(tree_sum "$tmp/back") == "$(tree_sum "$src")" ]] || fail "tree pulled back differs"
-ok "rsync of 1001 files: first run, no change (0 sent), one change (1 sent), pulled back equal"
+ok "rsync of 1001 files: first run, no change (0 files, $sent bytes sent), one change (1 file), pulled back equal"
 
 # --- git ---
 box_sh 'set -e; mkdir -p /workspace/repo && cd /workspace/repo && git init -q -b main . &&
