@@ -16,6 +16,7 @@ api_pid=""
 cleanup() {
   [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
   jobs -p | xargs -r kill 2>/dev/null || true
+  tmux -L "cb-rsh-test-$$" kill-server 2>/dev/null || true
   if [[ -d $data/boxes ]]; then
     for f in "$data"/boxes/*/machine.json; do
       [[ -f $f ]] || continue
@@ -103,6 +104,22 @@ grep -qx '33 111' "$tmp/pty.txt" || fail "size: $(cat "$tmp/pty.txt")"
 grep -qx 'got=hello' "$tmp/pty.txt" || fail "typed input: $(cat "$tmp/pty.txt")"
 grep -qx '44 132' "$tmp/pty.txt" || fail "resize: $(cat "$tmp/pty.txt")"
 ok "-t: a pty of 33x111 with TERM, typed input read, resized to 44x132, exit 5 passed through"
+
+# The same from inside tmux, a terminal people really use (its own server socket, killed after).
+sock=cb-rsh-test-$$
+tmux -L "$sock" new-session -d -x 111 -y 33 \
+  "$bin rsh -t 'stty size; echo READY; read x; echo got=\$x; stty size; exit 5'; echo rc=\$? > $tmp/tmux.rc; sleep 30"
+for _ in $(seq 1 100); do tmux -L "$sock" capture-pane -p | grep -q READY && break; sleep 0.1; done
+tmux -L "$sock" resize-window -x 132 -y 44
+sleep 0.3
+tmux -L "$sock" send-keys hello Enter
+for _ in $(seq 1 100); do [[ -s $tmp/tmux.rc ]] && break; sleep 0.1; done
+screen=$(tmux -L "$sock" capture-pane -p)
+tmux -L "$sock" kill-server 2>/dev/null || true
+[[ $(cat "$tmp/tmux.rc" 2>/dev/null) == rc=5 ]] || fail "tmux: $(cat "$tmp/tmux.rc" 2>/dev/null) $screen"
+grep -qx '33 111' <<<"$screen" && grep -qx 'got=hello' <<<"$screen" && grep -qx '44 132' <<<"$screen" ||
+  fail "tmux screen: $screen"
+ok "-t under tmux: stty size follows the window's resize, typed input echoes, exit 5"
 
 # --- signals ---
 set +e
