@@ -5,61 +5,13 @@
 # gone, the machine and the agent restarted), and the statuses for quotas, unknown boxes and
 # missing tokens. Real binary, temp data dir, real boxes.
 # Usage: api_boxes.sh PATH_TO_COCOONBOX
-set -euo pipefail
-bin=$(readlink -f "$1")
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh" "$1"
 client=("/usr/bin/python3" "$here/boxes_client.py")
 js_client=(node "$here/boxes_js_client.js")
-tmp=$(mktemp -d)
-data=$tmp/data
-api_pid=""
 watch_pids=()
-cleanup() {
-  for p in "${watch_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
-  # Boxes outlive the api by design: stop every machine this test started.
-  if [[ -f $data/api.db ]]; then
-    for f in "$data"/boxes/*/machine.json; do
-      [[ -f $f ]] || continue
-      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
-      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
-    done
-  fi
-  # Only this test's boxes: other tests (and people) may run boxes on this machine.
-  for box_dir in "$data"/boxes/bx_*; do
-    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
-      d=$cg/$(basename "$box_dir")
-      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
-    done
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
-  exit 1
-}
-passed=0
-ok() { passed=$((passed + 1)); echo "ok - $*"; }
 
-start_api() {
-  "$bin" api --data-dir "$data" --listen 127.0.0.1:${port:-0} --idle-hibernate 0 \
-    >"$tmp/out" 2>"$tmp/err" &
-  api_pid=$!
-  for _ in $(seq 1 200); do
-    if [[ -z ${port:-} ]]; then
-      port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
-    fi
-    if [[ -n ${port:-} ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then return 0; fi
-    kill -0 "$api_pid" 2>/dev/null || fail "api exited at start"
-    sleep 0.05
-  done
-  fail "api did not become healthy"
-}
 call() { "${client[@]}" --port "$port" "$@"; }
 js() { "${js_client[@]}" --port "$port" "$@"; }
-json() { /usr/bin/python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
 # Runs a client command that must fail; prints its "CODE: message" line (stderr).
 refused() {
   local err rc
@@ -69,7 +21,6 @@ refused() {
   [[ $rc == 1 ]] || { echo "exit $rc: $err"; return 0; }
   echo "$err"
 }
-machine_pid() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$data/boxes/$1/machine.json"; }
 # Waits (bounded) until a line of the Watch output FILE, from line FROM (0-based) on, satisfies
 # EXPR; in EXPR, s("name") is that box's state in the line's list (None when not listed).
 # Prints the index of the first such line.
@@ -103,7 +54,6 @@ if [[ ! -d $here/../interop/node_modules/@grpc/grpc-js || ! -d $here/../interop/
   (cd "$here/../interop" && npm ci --no-audit --no-fund --loglevel=error) >&2 || fail "npm ci in test/interop"
 fi
 
-port=""
 start_api
 COCOONBOX_TOKEN=$(cat "$data/admin.token") || fail "no admin.token"
 export COCOONBOX_TOKEN

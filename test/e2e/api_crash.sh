@@ -6,65 +6,15 @@
 # Then `cocoonbox api user rm` run against a live api stops the removed user's box, and a box
 # whose machine was killed is started again by the next edge call.
 # Usage: api_crash.sh PATH_TO_COCOONBOX
-set -euo pipefail
-bin=$(readlink -f "$1")
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh" "$1"
 client=("/usr/bin/python3" "$here/boxes_client.py")
-tmp=$(mktemp -d)
-data=$tmp/data
-api_pid=""
-cleanup() {
-  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
-  jobs -p | xargs -r kill 2>/dev/null || true
-  if [[ -d $data/boxes ]]; then
-    for f in "$data"/boxes/*/machine.json; do
-      [[ -f $f ]] || continue
-      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
-      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
-    done
-  fi
-  # Only this test's boxes: other tests (and people) may run boxes on this machine.
-  for box_dir in "$data"/boxes/bx_*; do
-    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
-      d=$cg/$(basename "$box_dir")
-      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
-    done
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
-  exit 1
-}
-passed=0
-ok() { passed=$((passed + 1)); echo "ok - $*"; }
 
-# start_api [FAILPOINTS]: the api on the same data dir and port, optionally with failpoints.
-start_api() {
-  COCOONBOX_FAILPOINTS=${1:-} "$bin" api --data-dir "$data" --listen 127.0.0.1:${port:-0} \
-    --idle-hibernate 0 >"$tmp/out" 2>"$tmp/err" &
-  api_pid=$!
-  for _ in $(seq 1 200); do
-    if [[ -z ${port:-} ]]; then
-      port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
-    fi
-    if [[ -n ${port:-} ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then return 0; fi
-    kill -0 "$api_pid" 2>/dev/null || fail "api exited at start"
-    sleep 0.05
-  done
-  fail "api did not become healthy"
-}
-kill_api() { kill -9 "$api_pid"; wait "$api_pid" 2>/dev/null || true; api_pid=""; }
 call() { "${client[@]}" --port "$port" "$@"; }
-json() { /usr/bin/python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
 # wait_for FILE PATTERN: up to 20 s for PATTERN to appear in FILE.
 wait_for() {
   for _ in $(seq 1 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
 }
-machine_pid() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$data/boxes/$1/machine.json"; }
 # check_resumed OP_ID OFFSET: the rest of the operation's events after OFFSET, ending DONE.
 check_resumed() {
   local rest
@@ -76,8 +26,7 @@ check_resumed() {
   [[ $(tail -1 <<<"$rest" | json 'v["phase"]') == PHASE_DONE ]] || fail "did not end DONE: $rest"
 }
 
-port=""
-start_api "boxes.ensure.started=pause"
+COCOONBOX_FAILPOINTS=boxes.ensure.started=pause start_api
 export COCOONBOX_TOKEN=$(cat "$data/admin.token")
 
 # --- kill -9 in the middle of an Ensure ---
@@ -104,7 +53,7 @@ ok "restart: the Ensure resumed on the same operation and machine; watcher resum
 
 # --- kill -9 in the middle of a Hibernate ---
 kill -TERM "$api_pid"; wait "$api_pid" 2>/dev/null || true; api_pid=""
-start_api "boxes.hibernate.frozen=pause"
+COCOONBOX_FAILPOINTS=boxes.hibernate.frozen=pause start_api
 op=$(call hibernate | json 'v["operation"]') || fail "hibernate"
 wait_for "$tmp/err" "failpoint reached" || fail "hibernate did not reach its failpoint"
 [[ $(json 'v["state"]' <<<"$(call get)") == STATE_HIBERNATING ]] || fail "not HIBERNATING"

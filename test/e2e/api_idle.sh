@@ -3,47 +3,11 @@
 # itself, a box with an attached client (an rsh call holding an edge stream) never does, and
 # the next call wakes it transparently.
 # Usage: api_idle.sh PATH_TO_COCOONBOX
-set -euo pipefail
-bin=$(readlink -f "$1")
-tmp=$(mktemp -d)
-data=$tmp/data
+source "$(dirname "$0")/lib.sh" "$1"
 export XDG_CONFIG_HOME=$tmp/config
-api_pid=""
-cleanup() {
-  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
-  jobs -p | xargs -r kill 2>/dev/null || true
-  if [[ -d $data/boxes ]]; then
-    for f in "$data"/boxes/*/machine.json; do
-      [[ -f $f ]] || continue
-      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
-      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
-    done
-  fi
-  for box_dir in "$data"/boxes/bx_*; do
-    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
-      d=$cg/$(basename "$box_dir")
-      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
-    done
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
-  exit 1
-}
-passed=0
-ok() { passed=$((passed + 1)); echo "ok - $*"; }
 state() { "$bin" status --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 
-"$bin" api --data-dir "$data" --listen 127.0.0.1:0 --idle-hibernate 1s >"$tmp/out" 2>"$tmp/err" &
-api_pid=$!
-for _ in $(seq 1 200); do
-  port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-  sleep 0.05
-done
+idle_hibernate=1s start_api
 "$bin" login --endpoint "http://127.0.0.1:$port" --token - <"$data/admin.token" >/dev/null
 "$bin" ensure >/dev/null 2>&1 || fail "ensure"
 

@@ -4,59 +4,11 @@
 # transparent wake on the next edge call (new wake_id), ownership and token checks, kill -9 of
 # the api and restart (boxes re-adopted, operations ended), Delete, SIGTERM.
 # Usage: api_lifecycle.sh PATH_TO_COCOONBOX
-set -euo pipefail
-bin=$(readlink -f "$1")
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh" "$1"
 client=("/usr/bin/python3" "$here/boxes_client.py")
-tmp=$(mktemp -d)
-data=$tmp/data
-api_pid=""
-cleanup() {
-  [[ -n $api_pid ]] && kill -9 "$api_pid" 2>/dev/null || true
-  # Boxes outlive the api by design: stop every machine this test started.
-  if [[ -f $data/api.db ]]; then
-    for f in "$data"/boxes/*/machine.json; do
-      [[ -f $f ]] || continue
-      pid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f" 2>/dev/null || true)
-      [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null || true
-    done
-  fi
-  # Only this test's boxes: other tests (and people) may run boxes on this machine.
-  for box_dir in "$data"/boxes/bx_*; do
-    for cg in /sys/fs/cgroup/unified/cocoonbox /sys/fs/cgroup/cocoonbox; do
-      d=$cg/$(basename "$box_dir")
-      [[ -d $d ]] && { echo 1 > "$d/cgroup.kill" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
-    done
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- api stderr (tail)" >&2; tail -20 "$tmp/err" >&2 || true
-  exit 1
-}
-passed=0
-ok() { passed=$((passed + 1)); echo "ok - $*"; }
 
-start_api() {
-  "$bin" api --data-dir "$data" --listen 127.0.0.1:${port:-0} --idle-hibernate 0 \
-    >"$tmp/out" 2>"$tmp/err" &
-  api_pid=$!
-  for _ in $(seq 1 200); do
-    if [[ -z ${port:-} ]]; then
-      port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 | sed 's/.*://') || true
-    fi
-    if [[ -n ${port:-} ]] && curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then return 0; fi
-    kill -0 "$api_pid" 2>/dev/null || fail "api exited at start"
-    sleep 0.05
-  done
-  fail "api did not become healthy"
-}
 call() { "${client[@]}" --port "$port" "$@"; }
-json() { /usr/bin/python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
 
-port=""
 start_api
 [[ -f $data/admin.token ]] || fail "no admin.token after first start"
 [[ $(stat -c %a "$data/admin.token") == 600 ]] || fail "admin.token mode is not 600"
