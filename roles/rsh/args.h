@@ -22,10 +22,10 @@
 namespace cb::rsh {
 
 struct Args {
-  bool probe = false;         // -G: answer git's probe and exit 255
-  std::string box;            // from --box or HOST; "" = main
-  std::optional<bool> pty;    // -t: true, -T: false, neither: ssh's default
-  std::string command;        // "" = an interactive shell
+  bool probe = false;              // -G: answer git's probe and exit 255
+  std::string box;                 // from --box or HOST; "" = main
+  std::optional<bool> pty;         // -t: true, -T: false, neither: ssh's default
+  std::string command;             // "" = an interactive shell
   bool send_git_protocol = false;  // -o SendEnv=GIT_PROTOCOL
 };
 

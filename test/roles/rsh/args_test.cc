@@ -26,7 +26,8 @@ TEST_CASE("rsh args: people, git and rsync", "[rsh][unit]") {
   CHECK(a.command.empty());
 
   // git, ssh variant after a successful probe, and the simple variant.
-  a = parse_ok({"-o", "SendEnv=GIT_PROTOCOL", "-p", "2222", "box", "git-upload-pack '/workspace/r'"});
+  a = parse_ok(
+      {"-o", "SendEnv=GIT_PROTOCOL", "-p", "2222", "box", "git-upload-pack '/workspace/r'"});
   CHECK(a.send_git_protocol);
   CHECK(a.box.empty());
   CHECK(a.command == "git-upload-pack '/workspace/r'");
@@ -46,12 +47,12 @@ TEST_CASE("rsh args: people, git and rsync", "[rsh][unit]") {
 }
 
 TEST_CASE("rsh args: unknown ssh options and conflicting boxes are refused", "[rsh][unit]") {
-  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
-           {"-A", "box", "true"},
-           {"-o", "ProxyCommand=evil", "box", "true"},
-           {"-L", "8080:localhost:80", "box", "true"},
-           {"--box"},
-           {"--box", "main", "work.box", "true"}}) {
+  for (std::vector<std::string> bad :
+       std::vector<std::vector<std::string>>{{"-A", "box", "true"},
+                                             {"-o", "ProxyCommand=evil", "box", "true"},
+                                             {"-L", "8080:localhost:80", "box", "true"},
+                                             {"--box"},
+                                             {"--box", "main", "work.box", "true"}}) {
     auto r = parse_args(bad);
     INFO(bad[0]);
     CHECK(r.status().code() == Code::kInvalidArgument);
