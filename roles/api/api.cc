@@ -80,24 +80,6 @@ Result<std::pair<std::string, uint16_t>> parse_listen(std::string_view v) {
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
-std::string state_name(BoxState s) {
-  switch (s) {
-    case BoxState::kAbsent:
-      return "absent";
-    case BoxState::kStarting:
-      return "starting";
-    case BoxState::kRunning:
-      return "running";
-    case BoxState::kHibernating:
-      return "hibernating";
-    case BoxState::kHibernated:
-      return "hibernated";
-    case BoxState::kFailed:
-      return "failed";
-  }
-  return "unknown";
-}
-
 // First start: an admin user and its token in <data-dir>/admin.token (0600).
 asio::awaitable<Status> ensure_admin(Store& store, const fs::path& data_dir,
                                      const std::string& endpoint) {
@@ -205,11 +187,11 @@ int serve(const Config& cfg) {
     std::map<std::string, int> by_state;
     for (auto s : {BoxState::kAbsent, BoxState::kStarting, BoxState::kRunning,
                    BoxState::kHibernating, BoxState::kHibernated, BoxState::kFailed})
-      by_state[state_name(s)] = 0;
+      by_state[std::string(box_state_name(s))] = 0;
     auto all = co_await (*store)->list_all_boxes();
     if (all.ok()) {
       for (const auto& b : *all)
-        if (!b.deleted_at_ms) ++by_state[state_name(b.state)];
+        if (!b.deleted_at_ms) ++by_state[std::string(box_state_name(b.state))];
     }
     std::string text = "# HELP cocoonbox_boxes Boxes by state.\n# TYPE cocoonbox_boxes gauge\n";
     for (const auto& [s, n] : by_state)

@@ -32,24 +32,6 @@ std::string new_wake_id() { return "wk_" + crypto::random_token(crypto::system_r
 
 constexpr std::string_view kPreserveData = "preserve_data";
 
-std::string_view state_name(BoxState s) {
-  switch (s) {
-    case BoxState::kAbsent:
-      return "absent";
-    case BoxState::kStarting:
-      return "starting";
-    case BoxState::kRunning:
-      return "running";
-    case BoxState::kHibernating:
-      return "hibernating";
-    case BoxState::kHibernated:
-      return "hibernated";
-    case BoxState::kFailed:
-      return "failed";
-  }
-  return "unknown";
-}
-
 // The failpoints of the box lifecycle (base/failpoint.h), for crash tests:
 //   boxes.ensure.started   the machine is started or thawed, the agent not yet confirmed
 //   boxes.hibernate.frozen the machine is frozen, the box not yet recorded HIBERNATED
@@ -528,7 +510,7 @@ asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::s
   if (box.state != BoxState::kRunning) {
     release(box.id);
     co_return failed_precondition(
-        fmt::format("box {} is not running (it is {})", box.name, state_name(box.state)));
+        fmt::format("box {} is not running (it is {})", box.name, box_state_name(box.state)));
   }
   auto op = co_await start_operation(box, "hibernate");
   if (!op.ok()) {

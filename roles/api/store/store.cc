@@ -243,6 +243,24 @@ bool counts_as_running(BoxState state) {
 
 std::string offset_key(int64_t seq) { return std::to_string(seq); }
 
+std::string_view box_state_name(BoxState state) {
+  switch (state) {
+    case BoxState::kAbsent:
+      return "absent";
+    case BoxState::kStarting:
+      return "starting";
+    case BoxState::kRunning:
+      return "running";
+    case BoxState::kHibernating:
+      return "hibernating";
+    case BoxState::kHibernated:
+      return "hibernated";
+    case BoxState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
 Result<int64_t> parse_offset_key(std::string_view key) {
   if (key.empty()) return int64_t{0};
   // 18 digits always fit in int64_t.

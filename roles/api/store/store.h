@@ -81,6 +81,8 @@ enum class Phase : int {
 // True for the states that count against a user's max_running: kStarting, kRunning and
 // kHibernating (a box being frozen still holds its memory until it is kHibernated).
 bool counts_as_running(BoxState state);
+// "absent", "starting", "running", "hibernating", "hibernated", "failed".
+std::string_view box_state_name(BoxState state);
 
 struct User {
   int64_t id = 0;
