@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -150,11 +151,17 @@ class StdinPump {
   void loop() {
     std::string buf(kChunk, '\0');
     for (;;) {
+      // Never more than the credit left: the agent stops reading a stream that is past its
+      // credit until the process takes stdin, so a signal behind even one byte too many waits
+      // until a process that does not read exits on its own (`yes | rsh sleep 30`, Ctrl-C:
+      // exit 0 after 30 s). A credit only makes the room larger while read() blocks.
+      size_t room = 0;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [this] { return in_flight_ < window_; });
+        room = static_cast<size_t>(std::min<uint64_t>(kChunk, window_ - in_flight_));
       }
-      ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+      ssize_t n = ::read(STDIN_FILENO, buf.data(), room);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         wait_ready(STDIN_FILENO, POLLIN);

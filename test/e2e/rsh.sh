@@ -89,12 +89,19 @@ timeout --preserve-status -s INT 2 "$bin" rsh 'sleep 30' </dev/null; rc_int=$?
 out=$(timeout --preserve-status -s INT 2 "$bin" rsh 'trap "echo got-int; exit 9" INT; sleep 30 & wait' </dev/null); rc_trap=$?
 timeout --preserve-status -s TERM 2 "$bin" rsh 'sleep 31' </dev/null; rc_term=$?
 yes | timeout --preserve-status -s INT 2 "$bin" rsh 'sleep 32'; rc_full=$?
+# stdin in 1000-byte writes: rsh's reads never add up to the agent's 4 MiB stdin credit, so a
+# read that went past the credit (and held the INT behind it) would happen every time.
+thousands='import os
+while True: os.write(1, b"y" * 1000)'
+/usr/bin/python3 -c "$thousands" 2>/dev/null |
+  timeout --preserve-status -s INT 2 "$bin" rsh 'sleep 33'; rc_odd=${PIPESTATUS[1]}
 set -e
 [[ $rc_int == 130 ]] || fail "SIGINT: rsh exited $rc_int, want 130"
 [[ $rc_trap == 9 && $out == got-int ]] || fail "remote trap: $rc_trap $out"
 [[ $rc_term == 143 ]] || fail "SIGTERM: rsh exited $rc_term, want 143"
 [[ $rc_full == 130 ]] || fail "SIGINT with a full stdin: $rc_full"
-[[ $(box_sh 'ps -eo args | grep -c "^sleep 3[012]"') == 0 ]] || fail "remote sleeps survived"
+[[ $rc_odd == 130 ]] || fail "SIGINT with a full stdin sent in odd reads: $rc_odd"
+[[ $(box_sh 'ps -eo args | grep -c "^sleep 3[0-3]"') == 0 ]] || fail "remote sleeps survived"
 ok "SIGINT -> 130, SIGTERM -> 143, a remote trap's exit 9, also with a full stdin; nothing left"
 
 # --- a second call while an Exec holds a full stdin ---

@@ -310,12 +310,13 @@ class ExecSession : public ExecResult {
 
   asio::awaitable<Status> writes_done() { return stream_.writes_done(); }
 
-  // Sends |data| (which must outlive the call) as stdin frames, keeping at most
-  // started.stdin_window bytes uncredited unless |ignore_credit|.
-  asio::awaitable<Status> send_stdin(std::string_view data, bool ignore_credit = false) {
+  // Sends |data| (which must outlive the call) as stdin frames of |chunk| bytes, keeping at
+  // most started.stdin_window bytes uncredited unless |ignore_credit|.
+  asio::awaitable<Status> send_stdin(std::string_view data, bool ignore_credit = false,
+                                     size_t chunk = kStdinChunk) {
     size_t off = 0;
     while (off < data.size()) {
-      const size_t n = std::min(kStdinChunk, data.size() - off);
+      const size_t n = std::min(chunk, data.size() - off);
       if (!ignore_credit) {
         while (!ended && (!started || sent - credited + n > started->stdin_window())) {
           Status w = co_await changed_.wait();
@@ -1030,6 +1031,52 @@ TEST_CASE("Exec: with stdin full, a client within its credit still gets a signal
   REQUIRE(trapped->exit);
   CHECK(trapped->exit->code() == 9);
   CHECK(trapped->out == "ready\ngot-int\n");
+}
+
+TEST_CASE("Exec: stdin frames that never line up with the credit still let INT through",
+          "[agent][exec][integration]") {
+  // 60000-byte frames never add up to the 4 MiB window: a client within its credit then stops
+  // short of it, the agent keeps reading, and INT reaches a process that never reads stdin.
+  // (A client that went up to one frame past its credit, as rsh did, left the agent with more
+  // queued than the window: the INT frame behind waited until `sleep` ended, and the exit
+  // frame said code 0.)
+  constexpr size_t kOddChunk = 60000;
+  Setup s;
+  s.deliver();
+  const std::string flood = random_bytes(16u << 20, 11);
+  std::optional<ExecResult> killed;
+  uint64_t uncredited_at_signal = 0;
+  with_agent(exec_config(s), [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    using namespace asio::experimental::awaitable_operators;
+    auto opened = co_await open_exec(*channel, s.credential(), command_start("exec sleep 32"));
+    REQUIRE(opened.status() == ok_status());
+    ExecSession& session = **opened;
+    auto feed = [&]() -> asio::awaitable<Status> {
+      Status st = co_await session.send_stdin(flood, false, kOddChunk);
+      (void)st;  // ends with an error once the call is over
+      co_return ok_status();
+    };
+    auto interrupt = [&]() -> asio::awaitable<Status> {
+      bool full = co_await session.wait_for([&] {
+        return session.started &&
+               session.sent - session.credited + kOddChunk > session.started->stdin_window();
+      });
+      if (!full) co_return internal_error("stdin never filled the window");
+      uncredited_at_signal = session.sent - session.credited;
+      co_return co_await session.send_signal(v1::EXEC_SIGNAL_INT);
+    };
+    auto r = co_await (feed() && interrupt() && session.receive_all());
+    CHECK(std::get<1>(r) == ok_status());
+    killed = static_cast<ExecResult&>(**opened);
+    channel->close();
+  });
+  CHECK(uncredited_at_signal > ExecConfig().stdin_window - kOddChunk);
+  REQUIRE(killed->status == ok_status());
+  REQUIRE(killed->exit);
+  CHECK(killed->exit->status_case() == v1::ExecExit::kSignal);
+  CHECK(killed->exit->signal() == SIGINT);
+  CHECK(killed->exit->signal_name() == "INT");
 }
 
 TEST_CASE("Exec: a client that does not read stops the process's output, losing nothing",
