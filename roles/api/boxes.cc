@@ -499,14 +499,22 @@ asio::awaitable<Result<std::vector<BoxView>>> BoxManager::list(int64_t user_id) 
   co_return out;
 }
 
-asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::string ref) {
+asio::awaitable<Result<Box>> BoxManager::lock_box(int64_t user_id, std::string ref) {
   if (ref.empty()) ref = "main";
   auto found = co_await store_.get_box(user_id, ref);
   if (!found.ok()) co_return found.status();
   Box box = std::move(*found);
   CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  // Re-read under the box's lock: another operation may have just changed it.
   auto fresh = co_await store_.get_box_by_id(box.id);
   if (fresh.ok()) box = std::move(*fresh);
+  co_return box;
+}
+
+asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::string ref) {
+  auto locked = co_await lock_box(user_id, std::move(ref));
+  if (!locked.ok()) co_return locked.status();
+  Box box = std::move(*locked);
   if (box.state != BoxState::kRunning) {
     release(box.id);
     co_return failed_precondition(
@@ -523,13 +531,9 @@ asio::awaitable<Result<Operation>> BoxManager::hibernate(int64_t user_id, std::s
 
 asio::awaitable<Result<Operation>> BoxManager::recreate(int64_t user_id, std::string ref,
                                                         bool preserve_data) {
-  if (ref.empty()) ref = "main";
-  auto found = co_await store_.get_box(user_id, ref);
-  if (!found.ok()) co_return found.status();
-  Box box = std::move(*found);
-  CO_RETURN_IF_ERROR(co_await acquire(box.id));
-  auto fresh = co_await store_.get_box_by_id(box.id);
-  if (fresh.ok()) box = std::move(*fresh);
+  auto locked = co_await lock_box(user_id, std::move(ref));
+  if (!locked.ok()) co_return locked.status();
+  Box box = std::move(*locked);
   if (box.state != BoxState::kRunning && box.state != BoxState::kStarting) {
     // A recreated box runs: one that did not count against max_running now would.
     Status quota = co_await check_running_quota(user_id);
@@ -549,11 +553,9 @@ asio::awaitable<Result<Operation>> BoxManager::recreate(int64_t user_id, std::st
 }
 
 asio::awaitable<Result<Operation>> BoxManager::remove(int64_t user_id, std::string ref) {
-  if (ref.empty()) ref = "main";
-  auto found = co_await store_.get_box(user_id, ref);
-  if (!found.ok()) co_return found.status();
-  Box box = std::move(*found);
-  CO_RETURN_IF_ERROR(co_await acquire(box.id));
+  auto locked = co_await lock_box(user_id, std::move(ref));
+  if (!locked.ok()) co_return locked.status();
+  Box box = std::move(*locked);
   auto op = co_await start_operation(box, "delete");
   if (!op.ok()) {
     release(box.id);

@@ -114,6 +114,9 @@ class BoxManager {
   asio::awaitable<Result<BoxView>> view(Box box);
   void notify_changed();
 
+  // The caller's box |ref| ("" = "main"), locked (acquire()) and re-read under the lock.
+  // Errors: kNotFound; the lock's when the wait is cancelled.
+  asio::awaitable<Result<Box>> lock_box(int64_t user_id, std::string ref);
   // Serializes operations per box.
   asio::awaitable<Status> acquire(const std::string& box_id);
   void release(const std::string& box_id);
