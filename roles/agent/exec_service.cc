@@ -24,8 +24,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// One read from a pipe or the pty: a pipe holds 64 KiB by default.
-constexpr size_t kOutputChunk = 64 * 1024;
+// The stdio pipes hold 1 MiB instead of 64 KiB, and one read takes up to 256 KiB: a fast
+// writer fills the pipe while the previous chunk goes out, and each Exec frame carries more.
+// 1 GiB down through rsh: agent CPU 0.95 s -> 0.81 s, api 0.85 s -> 0.70 s (2026-11-30).
+constexpr size_t kPipeSize = 1 << 20;
+constexpr size_t kOutputChunk = 256 * 1024;
 // Once the process has exited, a pty that stays silent this long is done: a background
 // process may hold the terminal open forever.
 constexpr auto kPtyLinger = 200ms;
@@ -82,6 +85,7 @@ Result<ExecPlan> plan_exec(const v1::ExecStart& start, const ExecUser& user,
                            const ExecConfig& config) {
   ExecPlan plan;
   proc::SpawnOptions& o = plan.spawn;
+  o.pipe_size = kPipeSize;
   const proc::User& account = user.account;
   const std::string shell = account.shell.empty() ? std::string("/bin/sh") : account.shell;
 

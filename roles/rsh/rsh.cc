@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <malloc.h>
 #include <mutex>
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -31,12 +30,6 @@ namespace {
 
 constexpr int kOwnFailure = 255;
 constexpr size_t kChunk = 64 * 1024;
-// Free heap glibc keeps instead of returning it with brk(2). At its default (128 KiB, moving
-// with the mmap threshold) a download freed and re-faulted the heap for every few frames: 1 GiB
-// down cost 168,681 page faults and 7.5 s of CPU in rsh, 293 faults and 0.53 s with this
-// (scripts/bench rsh, 2026-11-30). rsh's live heap is bounded by its HTTP/2 windows, so this
-// only keeps memory it is about to use again.
-constexpr int kMallocTrimThreshold = 64 << 20;
 
 // ---- the local terminal ----
 
@@ -423,7 +416,6 @@ int run(std::span<char* const> args) {
     return kOwnFailure;
   }
   if (std::getenv("COCOONBOX_LOG_LEVEL") == nullptr) log::set_min_level(log::Level::kError);
-  ::mallopt(M_TRIM_THRESHOLD, kMallocTrimThreshold);
   asio::io_context io;
   int rc = kOwnFailure;
   Session session(std::move(*parsed));

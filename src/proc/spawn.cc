@@ -4,6 +4,9 @@
 #include "proc/errno_internal.h"
 #include "proc/user.h"
 
+#include <climits>
+
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <fcntl.h>
@@ -376,6 +379,10 @@ Result<Process> spawn(const asio::any_io_executor& executor, const SpawnOptions&
         continue;
       }
       ASSIGN_OR_RETURN(Pipe p, make_pipe());
+      if (options.pipe_size > 0) {
+        (void)::fcntl(p.read.get(), F_SETPIPE_SZ,
+                      static_cast<int>(std::min<size_t>(options.pipe_size, INT_MAX)));
+      }
       // stdin: the child reads, the parent writes; stdout and stderr the other way round.
       stdio_child[i] = std::move(i == 0 ? p.read : p.write);
       stdio_parent[i] = std::move(i == 0 ? p.write : p.read);

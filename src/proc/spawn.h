@@ -94,6 +94,10 @@ struct SpawnOptions {
   Stdio stdin_mode = Stdio::kPipe;
   Stdio stdout_mode = Stdio::kPipe;
   Stdio stderr_mode = Stdio::kPipe;
+  // Capacity asked for each stdio pipe (F_SETPIPE_SZ), 0 for the kernel's default (64 KiB).
+  // Best effort: the kernel rounds it up to whole pages and an unprivileged caller gets at most
+  // /proc/sys/fs/pipe-max-size; a refusal keeps the default.
+  size_t pipe_size = 0;
 
   // Test hook: reap with the SIGCHLD fallback even when pidfd_open(2) is available.
   bool use_sigchld_for_test = false;

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <fcntl.h>
 #include <fstream>
 #include <poll.h>
 #include <signal.h>
@@ -283,6 +284,27 @@ TEST_CASE("Process: stderr is kept apart from stdout", "[proc][unit]") {
     CHECK(rn.out == "done\n");
     CHECK(rn.err.empty());
   }
+}
+
+TEST_CASE("spawn: pipe_size enlarges the stdio pipes", "[proc][unit]") {
+  asio::io_context io;
+  SpawnOptions o;
+  o.argv = {"/bin/cat"};
+  o.pipe_size = 1 << 20;
+  auto p = spawn(io.get_executor(), o);
+  REQUIRE(p.ok());
+  // Each end reports its pipe's capacity; the default is 64 KiB.
+  const int in = ::fcntl(p->stdin_pipe()->native_handle(), F_GETPIPE_SZ);
+  const int out = ::fcntl(p->stdout_pipe()->native_handle(), F_GETPIPE_SZ);
+  const int err = ::fcntl(p->stderr_pipe()->native_handle(), F_GETPIPE_SZ);
+  CHECK(in == 1 << 20);
+  CHECK(out == 1 << 20);
+  CHECK(err == 1 << 20);
+  p->close_stdin();
+  run_sync(io, [&]() -> asio::awaitable<void> {
+    auto st = co_await p->wait();
+    CHECK(st.ok());
+  }());
 }
 
 TEST_CASE("Process: a pty child sees a /dev/pts terminal of the requested size", "[proc][unit]") {
