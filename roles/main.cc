@@ -55,16 +55,16 @@ const Role* find_command(std::string_view name) {
   return nullptr;
 }
 
-// Process-wide setup shared by every role.
 // Every role streams bytes through buffers of 64 KiB to a few MiB (HTTP/2 windows, pipes,
-// gRPC messages). With glibc's defaults such buffers are mmap'd or the heap top trimmed and
-// re-faulted as they come and go: 1 GiB through rsh cost the api 26,500 page faults and 1.44 s
-// of CPU, and the agent 7,700 faults; with these 3,700 faults and 1.0 s, and 4,400 (scripts/bench
-// rsh, 2026-11-30). Live heaps stay bounded by the windows, so this only keeps memory that is
-// about to be used again.
+// gRPC messages). With glibc's defaults such buffers are mmap'd, or the heap top is trimmed, and
+// re-faulted as they come and go: 1 GiB up through rsh cost the api 26,500 page faults and
+// 1.44 s of CPU and the agent 7,700 faults and 1.69 s; with these 4,200 faults and 0.91 s, and
+// 800 faults and 0.89 s (2026-11-30). Live heaps stay bounded by the windows, so this only
+// keeps memory that is about to be used again.
 constexpr int kMallocMmapThreshold = 16 << 20;
 constexpr int kMallocTrimThreshold = 64 << 20;
 
+// Process-wide setup shared by every role.
 int setup() {
   ::mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold);
   ::mallopt(M_TRIM_THRESHOLD, kMallocTrimThreshold);
