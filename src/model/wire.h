@@ -1,0 +1,90 @@
+#pragma once
+// The two native wires, sans-I/O (house style H13): request bodies out, response bodies and
+// server-sent events in. client.h moves the bytes; the api's model door uses usage.h, which
+// is built on the assemblers here. README.md §Mapping lists how each Part travels.
+//
+//   OpenAI chat completions   POST {prefix}/v1/chat/completions
+//   Anthropic messages        POST {prefix}/v1/messages   (anthropic-version: 2023-06-01)
+//
+// Thread-safety: plain functions and values.
+
+#include "base/result.h"
+#include "http/sse.h"
+#include "model/conversation.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cb::model {
+
+inline constexpr std::string_view kAnthropicVersion = "2023-06-01";
+
+// "/v1/chat/completions" or "/v1/messages".
+std::string_view wire_path(Wire wire);
+
+// The JSON body for |request| to |model| on the model's wire. With |stream| the body asks for
+// server-sent events (OpenAI also asks for the usage chunk: stream_options.include_usage).
+// Images go to a model without vision as a text note instead (README.md §Images).
+// Errors: kInvalidArgument when the conversation cannot be expressed (a part kind in the
+// wrong role, a tool result without a call id, an image without data).
+Result<std::string> request_body(const Request& request, const ModelInfo& model, bool stream);
+// The same as a JSON value, for tests and for the summarize helper.
+Result<nlohmann::json> openai_request_json(const Request& request, const ModelInfo& model,
+                                           bool stream);
+Result<nlohmann::json> anthropic_request_json(const Request& request, const ModelInfo& model,
+                                              bool stream);
+
+// The text a model without vision sees in place of an image.
+std::string image_omitted_note(const Part& image);
+
+// Parses a whole (non-streaming) response body: an OpenAI chat.completion object or an
+// Anthropic message object. Errors: kInvalidArgument (not the wire's shape), or the error the
+// body carries ({"error":{...}}) mapped as error_status().
+Result<Response> parse_response(Wire wire, std::string_view body);
+
+// Sans-I/O assembly of one streamed response: feed each SseEvent (http::SseParser does the
+// bytes), collect the deltas, and take the Response once the stream ended.
+class StreamAssembler {
+ public:
+  virtual ~StreamAssembler() = default;
+
+  // Handles one event and appends what it revealed to |deltas|. Errors: the upstream's error
+  // event (an error inside a 200 stream), mapped as error_status() and prefixed "model stream
+  // error"; kInvalidArgument for an event that is not the wire's JSON. Errors are sticky.
+  virtual Status on_event(const http::SseEvent& event, std::vector<Delta>& deltas) = 0;
+  // True once the wire's terminal event arrived (OpenAI "[DONE]", Anthropic message_stop).
+  virtual bool done() const = 0;
+  // The assembled response. |clean_end| says the HTTP body ended normally (not a read error).
+  // Errors: kUnavailable "stream cut ..." when the terminal event never came (OpenAI: a clean
+  // end after a finish_reason is accepted, since some compatible servers omit "[DONE]").
+  virtual Result<Response> finish(bool clean_end) = 0;
+  // Usage seen so far (complete once done()).
+  virtual const Usage& usage() const = 0;
+  // Events handled so far, for error messages.
+  virtual size_t events() const = 0;
+};
+std::unique_ptr<StreamAssembler> make_stream_assembler(Wire wire);
+
+// The error an upstream reported, as a Status: |http_status| (0 inside a 200 stream) and the
+// wire's error object ({"type","message"} for Anthropic; {"message","type","code"} for
+// OpenAI). The message names the status and includes the upstream's message. Codes:
+//   400/413/422 invalid_request_error          -> kInvalidArgument
+//   401 authentication_error                   -> kUnauthenticated
+//   403 permission_error                       -> kPermissionDenied
+//   404 not_found_error                        -> kNotFound
+//   408                                        -> kDeadlineExceeded
+//   429 rate_limit_error                       -> kResourceExhausted
+//   500, 502-504, 529, api_error, overloaded   -> kUnavailable
+//   anything else                              -> kUnknown
+Status error_status(int http_status, std::string_view reason, std::string_view body);
+
+// The message the upstream put in an error body ({"error":{"message":...}} on both wires), or
+// the body itself (first 300 bytes) when it is not that shape.
+std::string error_message_from_body(std::string_view body);
+
+}  // namespace cb::model
