@@ -1,0 +1,56 @@
+#include "state/chunk.h"
+
+#include "base/check.h"
+#include "crypto/bytes.h"
+#include "crypto/sealed.h"
+#include "state/zstd_internal.h"
+
+namespace cb::state {
+
+std::string chunk_additional_data(const ChunkId& id) { return "chunk/" + id.hex(); }
+
+std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const uint8_t> plaintext,
+                       crypto::Random& random, int zstd_level) {
+  CB_CHECK(plaintext.size() <= kMaxChunkSize);
+  const std::string_view data = crypto::char_view(plaintext);
+  std::string compressed = internal::zstd_compress(data, zstd_level);
+  std::string inner;
+  if (compressed.size() < data.size()) {
+    inner.reserve(1 + compressed.size());
+    inner += char(ChunkCodec::kZstd);
+    inner += compressed;
+  } else {
+    inner.reserve(1 + data.size());
+    inner += char(ChunkCodec::kStored);
+    inner += data;
+  }
+  return crypto::seal(keys.chunk_seal_key().bytes(), inner, chunk_additional_data(id), random);
+}
+
+Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed) {
+  const std::string what = "chunk " + id.hex();
+  auto inner = crypto::open(keys.chunk_seal_key().bytes(), sealed, chunk_additional_data(id));
+  if (!inner.ok()) {
+    // Truncated, foreign version, tampered, swapped or another key: all mean the stored object
+    // is not the chunk this id names.
+    return data_loss(what + ": does not authenticate (" + std::string(inner.status().message()) +
+                     ")");
+  }
+  if (inner->empty()) return data_loss(what + ": empty body");
+  const uint8_t codec = uint8_t((*inner)[0]);
+  const std::string_view body = std::string_view(*inner).substr(1);
+  std::string plaintext;
+  if (codec == uint8_t(ChunkCodec::kStored)) {
+    plaintext.assign(body);
+  } else if (codec == uint8_t(ChunkCodec::kZstd)) {
+    auto out = internal::zstd_decompress(body, kMaxChunkSize, what);
+    if (!out.ok()) return out.status();
+    plaintext = std::move(out).value();
+  } else {
+    return data_loss(what + ": unknown codec " + std::to_string(codec));
+  }
+  if (keys.chunk_id(plaintext) != id) return data_loss(what + ": content does not match its id");
+  return plaintext;
+}
+
+}  // namespace cb::state

@@ -1,0 +1,45 @@
+#pragma once
+// Sealed chunks (README.md §Chunk object): a chunk's plaintext is compressed with zstd when
+// that makes it smaller, then sealed with XChaCha20-Poly1305 under the chunk-sealing subkey,
+// with "chunk/" + the chunk id as additional data. A chunk stored under another id (swapped),
+// altered, truncated or sealed under another user's key does not open; open_chunk() also
+// recomputes the id of what it decrypted, so it never returns bytes other than the ones the
+// id names.
+//
+// Thread-safety: free functions; safe from any thread given a thread-safe Random.
+
+#include "base/result.h"
+#include "crypto/random.h"
+#include "state/keys.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace cb::state {
+
+// The largest chunk plaintext open_chunk() accepts: the chunker's hard limit (64 MiB).
+inline constexpr size_t kMaxChunkSize = 64u * 1024 * 1024;
+// zstd level for chunks: 3 is zstd's default; see docs/benchmarks.md "state: chunking".
+inline constexpr int kChunkZstdLevel = 3;
+
+// Codec byte at the start of the sealed plaintext (README.md §Chunk object).
+enum class ChunkCodec : uint8_t { kStored = 0, kZstd = 1 };
+
+// The sealed object for the chunk |plaintext| whose id is |id|.
+// REQUIRES: id == keys.chunk_id(plaintext) and plaintext.size() <= kMaxChunkSize.
+std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const uint8_t> plaintext,
+                       crypto::Random& random, int zstd_level = kChunkZstdLevel);
+
+// The plaintext of the sealed chunk |sealed| stored as |id|.
+// Errors: kDataLoss "chunk <id hex>: ..." when it does not authenticate (tampered, truncated,
+//   swapped with another chunk, another user's key), has an unknown codec, does not
+//   decompress within kMaxChunkSize, or decrypts to bytes whose id is not |id|.
+Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed);
+
+// The additional data a chunk is sealed with: "chunk/" + id.hex().
+std::string chunk_additional_data(const ChunkId& id);
+
+}  // namespace cb::state

@@ -1,0 +1,98 @@
+#include "state/chunk.h"
+
+#include "crypto/bytes.h"
+#include "crypto/hash.h"
+#include "crypto/sealed.h"
+#include "state/keys.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+namespace cb::state {
+namespace {
+
+crypto::SymmetricKey key_from(uint64_t seed) {
+  crypto::SeededRandom random(seed);
+  return crypto::SymmetricKey::generate(random);
+}
+
+TEST_CASE("StateKeys: one key gives one id per content; another key another id", "[state][unit]") {
+  StateKeys a(key_from(1));
+  StateKeys a_again(key_from(1));
+  StateKeys b(key_from(2));
+  CHECK(a.chunk_id("hello") == a_again.chunk_id("hello"));
+  CHECK(a.chunk_id("hello") != a.chunk_id("hello!"));
+  CHECK(a.chunk_id("hello") != b.chunk_id("hello"));
+  // The subkeys are distinct from each other.
+  CHECK(!crypto::constant_time_equal(crypto::char_view(a.chunk_seal_key().bytes()),
+                                     crypto::char_view(a.manifest_seal_key().bytes())));
+}
+
+TEST_CASE("ChunkId: hex round trips and bad hex is refused", "[state][unit]") {
+  StateKeys keys(key_from(1));
+  ChunkId id = keys.chunk_id("x");
+  CHECK(id.hex().size() == 64);
+  auto back = ChunkId::from_hex(id.hex());
+  REQUIRE(back.ok());
+  CHECK(*back == id);
+  CHECK(ChunkId::from_hex("abc").status().code() == Code::kInvalidArgument);
+  CHECK(ChunkId::from_hex(std::string(64, 'g')).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("seal_chunk: round trips compressible and incompressible chunks", "[state][unit]") {
+  StateKeys keys(key_from(1));
+  crypto::SeededRandom random(9);
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "line " + std::to_string(i % 17) + " of a log\n";
+  std::string noise(50000, '\0');
+  random.fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(noise.data()), noise.size()));
+  for (const std::string& plain : {std::string(), std::string("x"), text, noise}) {
+    ChunkId id = keys.chunk_id(plain);
+    std::string sealed = seal_chunk(keys, id, crypto::byte_view(plain), random);
+    if (plain == text) CHECK(sealed.size() < plain.size() / 4);  // compressed
+    if (plain == noise) CHECK(sealed.size() == plain.size() + 1 + crypto::kSealOverhead);
+    auto opened = open_chunk(keys, id, sealed);
+    REQUIRE(opened.ok());
+    CHECK(*opened == plain);
+  }
+}
+
+TEST_CASE("open_chunk: tampered, swapped, truncated or foreign chunks are kDataLoss naming the id",
+          "[state][unit]") {
+  StateKeys keys(key_from(1));
+  crypto::SeededRandom random(9);
+  const std::string plain_a = "the first chunk's bytes";
+  const std::string plain_b = "the second chunk's bytes";
+  ChunkId a = keys.chunk_id(plain_a);
+  ChunkId b = keys.chunk_id(plain_b);
+  std::string sealed_a = seal_chunk(keys, a, crypto::byte_view(plain_a), random);
+  std::string sealed_b = seal_chunk(keys, b, crypto::byte_view(plain_b), random);
+
+  auto expect_loss = [&](const Status& s, const ChunkId& id) {
+    CHECK(s.code() == Code::kDataLoss);
+    CHECK(std::string(s.message()).find(id.hex()) != std::string::npos);
+  };
+  SECTION("a flipped bit anywhere") {
+    for (size_t i = 0; i < sealed_a.size(); ++i) {
+      std::string t = sealed_a;
+      t[i] = char(t[i] ^ 1);
+      INFO("byte " << i);
+      expect_loss(open_chunk(keys, a, t).status(), a);
+    }
+  }
+  SECTION("another chunk's object stored under this id") {
+    expect_loss(open_chunk(keys, a, sealed_b).status(), a);
+  }
+  SECTION("truncated or empty") {
+    expect_loss(open_chunk(keys, a, sealed_a.substr(0, sealed_a.size() - 1)).status(), a);
+    expect_loss(open_chunk(keys, a, "").status(), a);
+  }
+  SECTION("sealed under another user's key") {
+    StateKeys other(key_from(2));
+    expect_loss(open_chunk(other, a, sealed_a).status(), a);
+  }
+}
+
+}  // namespace
+}  // namespace cb::state
