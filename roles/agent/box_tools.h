@@ -1,0 +1,92 @@
+#pragma once
+// The box tools (src/tools/box_tools.json is their contract; README.md §Box tools): shell,
+// read_file, write_file, edit_file, list_dir and grep, run in the box as the desktop user.
+// The box MCP serves them, and the agent's own model loop uses the same implementation.
+//
+// Who: the account resolve_exec_user() picks, as for Exec. Processes (shell, grep) are spawned
+// as that account. File tools run on a worker thread whose filesystem ids (setfsuid/setfsgid
+// and supplementary groups, all per thread on Linux) are that account's for the duration of
+// each operation, so the kernel checks permissions as for the user and new files belong to
+// the user; an agent that is not root just uses its own ids.
+//
+// Paths: absolute, or relative to the workspace (ExecConfig::workspace, else the user's
+// home). A path with a NUL byte is refused.
+//
+// Results follow MCP's CallToolResult: content blocks, optional structuredContent, isError.
+// A failure of the tool itself (no such file, command timed out, no match for an edit) is a
+// result with is_error; only an unknown tool (kNotFound) or arguments that break the
+// contract's inputSchema (kInvalidArgument naming the field) are errors of the call.
+//
+// Affinity: the agent's io_context; the worker thread is private.
+
+#include "base/result.h"
+#include "net/asio.h"
+#include "roles/agent/exec_service.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
+namespace cb::agent {
+
+struct ToolResult {
+  nlohmann::json content = nlohmann::json::array();  // MCP content blocks
+  nlohmann::json structured;                         // null, or structuredContent
+  bool is_error = false;
+
+  // {"content": [...], "structuredContent": {...}?, "isError": bool}
+  nlohmann::json to_json() const;
+  // Just the text blocks, joined by newlines (for logs and tests).
+  std::string text() const;
+};
+
+// A result carrying one text block.
+ToolResult text_result(std::string text, bool is_error = false);
+
+struct BoxToolsLimits {
+  size_t shell_output = 30000;        // bytes kept per stream (first and last halves)
+  double shell_timeout_s = 120;       // default `timeout`
+  size_t read_lines = 2000;           // default `limit`
+  size_t line_chars = 2000;           // read_file cuts longer lines
+  size_t text_file_bytes = 32 << 20;  // read_file/edit_file refuse larger text files
+  size_t image_bytes = 10 << 20;      // read_file refuses larger images
+  size_t list_entries = 1000;
+  size_t grep_results = 200;  // default `max_results`
+  size_t grep_line_chars = 500;
+};
+
+class BoxTools {
+ public:
+  BoxTools(net::Executor executor, ExecConfig config, BoxToolsLimits limits = {});
+  ~BoxTools();
+  BoxTools(const BoxTools&) = delete;
+  BoxTools& operator=(const BoxTools&) = delete;
+
+  // Runs the tool |name| with |arguments|. Errors: kNotFound (no such tool), kInvalidArgument
+  // (arguments do not fit the contract), kInternal (the account cannot be resolved).
+  asio::awaitable<Result<ToolResult>> call(std::string_view name, const nlohmann::json& arguments);
+
+  // The directory relative paths start from, for |user|.
+  std::filesystem::path workspace(const ExecUser& user) const;
+
+ private:
+  struct Worker;
+
+  asio::awaitable<ToolResult> shell(const ExecUser& user, const nlohmann::json& args);
+  asio::awaitable<ToolResult> grep(const ExecUser& user, const nlohmann::json& args);
+  // Runs |op| on the worker thread with |user|'s filesystem ids.
+  asio::awaitable<ToolResult> on_worker(const ExecUser& user, std::function<ToolResult()> op);
+
+  net::Executor executor_;
+  ExecConfig config_;
+  BoxToolsLimits limits_;
+  std::unique_ptr<Worker> worker_;
+};
+
+}  // namespace cb::agent

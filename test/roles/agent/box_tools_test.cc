@@ -1,0 +1,319 @@
+// The box tools (roles/agent/box_tools.h) on real files and real processes, in a temporary
+// workspace, as the test's own account and (as root) as `nobody`.
+
+#include "roles/agent/box_tools.h"
+
+#include "base/base64.h"
+#include "proc/user.h"
+#include "support/run_sync.h"
+#include "support/temp_dir.h"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace cb::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::TempDir;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void put(const fs::path& p, std::string_view data) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << data;
+}
+
+struct Fixture {
+  TempDir dir;
+  asio::io_context io;
+  ExecConfig config;
+  BoxToolsLimits limits;
+  std::unique_ptr<BoxTools> tools;
+
+  explicit Fixture(std::string desktop_user = "cb-no-such-user") {
+    config.desktop_user = std::move(desktop_user);
+    config.workspace = (dir.path() / "ws").string();
+    fs::create_directories(config.workspace);
+    make();
+  }
+  void make() { tools = std::make_unique<BoxTools>(io.get_executor(), config, limits); }
+  fs::path ws() const { return config.workspace; }
+
+  Result<ToolResult> call(std::string name, json args) {
+    // co_spawn wants a default-constructible result.
+    auto task = [&]() -> asio::awaitable<std::optional<Result<ToolResult>>> {
+      auto r = co_await tools->call(name, args);
+      co_return std::optional<Result<ToolResult>>(std::move(r));
+    };
+    return *test::run_sync(io, task());
+  }
+  // A call that must succeed as a call; the tool may still report an error.
+  ToolResult ok(std::string name, json args) {
+    auto r = call(std::move(name), std::move(args));
+    INFO(r.status().to_string());
+    REQUIRE(r.ok());
+    // Whatever the tool read, the result serializes.
+    CHECK_NOTHROW(r->to_json().dump());
+    return *r;
+  }
+};
+
+TEST_CASE("box tools: unknown tools and bad arguments are errors of the call", "[agent][tools]") {
+  Fixture f;
+  auto r = f.call("rm_rf", json::object());
+  CHECK(r.status().code() == Code::kNotFound);
+  r = f.call("read_file", json::object());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message() == "arguments: missing required field \"path\"");
+  r = f.call("shell", json{{"command", "true"}, {"timeout", "soon"}});
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find("arguments.timeout") == 0);
+  r = f.call("write_file", json{{"path", std::string("a\0b", 3)}, {"content", ""}});
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message() == "arguments.path: contains a NUL byte");
+}
+
+TEST_CASE("box tools: write_file and read_file", "[agent][tools]") {
+  Fixture f;
+  SECTION("a relative path is under the workspace; parents are created; nothing else is left") {
+    ToolResult w = f.ok("write_file", json{{"path", "src/a/hello.txt"}, {"content", "one\ntwo\n"}});
+    CHECK_FALSE(w.is_error);
+    CHECK(slurp(f.ws() / "src/a/hello.txt") == "one\ntwo\n");
+    CHECK(std::distance(fs::directory_iterator(f.ws() / "src/a"), fs::directory_iterator()) == 1);
+    ToolResult r = f.ok("read_file", json{{"path", (f.ws() / "src/a/hello.txt").string()}});
+    CHECK_FALSE(r.is_error);
+    CHECK(r.text() == "     1\tone\n     2\ttwo\n");
+    CHECK(r.structured["total_lines"] == 2);
+  }
+  SECTION("an existing file keeps its mode; a symlink keeps pointing at the rewritten file") {
+    put(f.ws() / "secret", "old");
+    ::chmod((f.ws() / "secret").c_str(), 0600);
+    fs::create_symlink("secret", f.ws() / "link");
+    f.ok("write_file", json{{"path", "link"}, {"content", "new"}});
+    CHECK(fs::is_symlink(f.ws() / "link"));
+    CHECK(slurp(f.ws() / "secret") == "new");
+    struct stat st {};
+    REQUIRE(::stat((f.ws() / "secret").c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+  }
+  SECTION("offset and limit page through a long file, with a note saying where to go on") {
+    std::string text;
+    for (int i = 1; i <= 10; ++i) text += "line " + std::to_string(i) + "\n";
+    put(f.ws() / "ten", text);
+    ToolResult r = f.ok("read_file", json{{"path", "ten"}, {"offset", 4}, {"limit", 3}});
+    CHECK(r.text() ==
+          "     4\tline 4\n     5\tline 5\n     6\tline 6\n"
+          "[lines 4-6 of 10; call again with offset 7 for more]");
+    r = f.ok("read_file", json{{"path", "ten"}, {"offset", 11}});
+    CHECK(r.text() == "(the file has 10 lines; offset 11 is past the end)");
+  }
+  SECTION("long lines are cut, CRLF is shown as lines, bad UTF-8 is replaced") {
+    f.limits.line_chars = 5;
+    f.make();
+    put(f.ws() / "wide", "abcdefgh\r\nxy\xff\n");
+    ToolResult r = f.ok("read_file", json{{"path", "wide"}});
+    CHECK(r.text() ==
+          "     1\tabcde\n     2\txy\xEF\xBF\xBD\n[1 lines longer than 5 characters were cut]");
+  }
+  SECTION("images come back as image content; other binaries, directories, missing files fail") {
+    std::string png("\x89PNG\r\n\x1a\n\0\0\0\rIHDRxx", 20);
+    put(f.ws() / "pic.png", png);
+    ToolResult r = f.ok("read_file", json{{"path", "pic.png"}});
+    CHECK_FALSE(r.is_error);
+    REQUIRE(r.content.size() == 1);
+    CHECK(r.content[0]["type"] == "image");
+    CHECK(r.content[0]["mimeType"] == "image/png");
+    CHECK(base64_decode(r.content[0]["data"].get<std::string>()).value() == png);
+
+    put(f.ws() / "blob", std::string("ab\0cd", 5));
+    r = f.ok("read_file", json{{"path", "blob"}});
+    CHECK(r.is_error);
+    CHECK(r.text().find("is a binary file") != std::string::npos);
+    r = f.ok("read_file", json{{"path", "."}});
+    CHECK(r.is_error);
+    CHECK(r.text().find("is a directory: use list_dir") != std::string::npos);
+    r = f.ok("read_file", json{{"path", "nope"}});
+    CHECK(r.is_error);
+    CHECK(r.text() == (f.ws() / "nope").string() + ": No such file or directory");
+    put(f.ws() / "empty", "");
+    CHECK(f.ok("read_file", json{{"path", "empty"}}).text() == "(empty file)");
+  }
+}
+
+TEST_CASE("box tools: edit_file replaces exactly what it is told", "[agent][tools]") {
+  Fixture f;
+  put(f.ws() / "code.py", "a = 1\nb = 2\na = 1\n");
+  ToolResult r = f.ok("edit_file",
+                      json{{"path", "code.py"}, {"old_string", "b = 2"}, {"new_string", "b = 3"}});
+  CHECK_FALSE(r.is_error);
+  CHECK(slurp(f.ws() / "code.py") == "a = 1\nb = 3\na = 1\n");
+  CHECK(r.text().find("replaced 1 occurrence\n") != std::string::npos);
+  CHECK(r.text().find("     2\tb = 3\n") != std::string::npos);
+
+  r = f.ok("edit_file",
+           json{{"path", "code.py"}, {"old_string", "a = 1"}, {"new_string", "a = 0"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("occurs 2 times") != std::string::npos);
+  CHECK(slurp(f.ws() / "code.py") == "a = 1\nb = 3\na = 1\n");
+
+  r = f.ok("edit_file", json{{"path", "code.py"},
+                             {"old_string", "a = 1"},
+                             {"new_string", "a = 0"},
+                             {"replace_all", true}});
+  CHECK_FALSE(r.is_error);
+  CHECK(slurp(f.ws() / "code.py") == "a = 0\nb = 3\na = 0\n");
+  CHECK(r.structured["replacements"] == 2);
+
+  r = f.ok("edit_file", json{{"path", "code.py"}, {"old_string", "c = 1"}, {"new_string", "x"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("was not found") != std::string::npos);
+  r = f.ok("edit_file",
+           json{{"path", "code.py"}, {"old_string", "b = 3"}, {"new_string", "b = 3"}});
+  CHECK(r.is_error);
+  CHECK(slurp(f.ws() / "code.py") == "a = 0\nb = 3\na = 0\n");
+}
+
+TEST_CASE("box tools: list_dir", "[agent][tools]") {
+  Fixture f;
+  put(f.ws() / "b.txt", "12345");
+  put(f.ws() / "a/inner", "");
+  put(f.ws() / ".hidden", "");
+  fs::create_symlink("b.txt", f.ws() / "c");
+  ToolResult r = f.ok("list_dir", json::object());
+  CHECK(r.text() == "a/\nb.txt  5 B\nc -> b.txt\n[1 hidden entries; set hidden to see them]");
+  CHECK(r.structured["entries"].size() == 3);
+  r = f.ok("list_dir", json{{"hidden", true}});
+  CHECK(r.text() == ".hidden  0 B\na/\nb.txt  5 B\nc -> b.txt");
+  r = f.ok("list_dir", json{{"path", "b.txt"}});
+  CHECK(r.is_error);
+  r = f.ok("list_dir", json{{"path", "a"}});
+  CHECK(r.text() == "inner  0 B");
+}
+
+TEST_CASE("box tools: shell", "[agent][tools]") {
+  Fixture f;
+  SECTION("stdout, stderr kept apart, the exit code, the workspace as cwd") {
+    ToolResult r = f.ok("shell", json{{"command", "pwd; echo oops >&2; exit 3"}});
+    CHECK_FALSE(r.is_error);
+    CHECK(r.text() == f.ws().string() + "\n[stderr]\noops\n[exit code 3]");
+    CHECK(r.structured["exit_code"] == 3);
+    CHECK(r.structured["timed_out"] == false);
+    fs::create_directories(f.ws() / "sub");
+    r = f.ok("shell", json{{"command", "pwd"}, {"cwd", "sub"}});
+    CHECK(r.text() == (f.ws() / "sub").string() + "\n[exit code 0]");
+    r = f.ok("shell", json{{"command", "pwd"}, {"cwd", "missing"}});
+    CHECK(r.is_error);
+  }
+  SECTION("a command killed by a signal says so") {
+    ToolResult r = f.ok("shell", json{{"command", "kill -TERM $$"}});
+    CHECK(r.text() == "[killed by SIGTERM]");
+    CHECK(r.structured["signal"] == "SIGTERM");
+  }
+  SECTION("long output keeps its head and tail with a note") {
+    f.limits.shell_output = 100;
+    f.make();
+    ToolResult r = f.ok("shell", json{{"command", "seq 1 10000"}});
+    CHECK(r.structured["stdout_bytes"] == 48894);
+    CHECK(r.structured["truncated"] == true);
+    CHECK(r.text().rfind("1\n2\n3\n", 0) == 0);
+    CHECK(r.text().find("[... 47.7 KiB left out ...]") != std::string::npos);  // 48,794 bytes
+    CHECK(r.text().find("9999\n10000\n[exit code 0]") != std::string::npos);
+  }
+  SECTION("a timeout kills the whole process group") {
+    const fs::path pidfile = f.ws() / "pid";
+    ToolResult r =
+        f.ok("shell", json{{"command", "sleep 30 & echo $! > pid; wait"}, {"timeout", 1}});
+    CHECK(r.is_error);
+    CHECK(r.structured["timed_out"] == true);
+    CHECK(r.text().find("[timed out after 1s") != std::string::npos);
+    const pid_t sleeper = std::stoi(slurp(pidfile));
+    // Killed and reaped by init (or a zombie of nobody's): either way no longer running.
+    std::string state;
+    std::ifstream stat_file("/proc/" + std::to_string(sleeper) + "/stat");
+    if (stat_file) {
+      std::string pid_s, comm;
+      stat_file >> pid_s >> comm >> state;
+    }
+    CHECK((state.empty() || state == "Z"));
+  }
+}
+
+TEST_CASE("box tools: grep", "[agent][tools]") {
+  Fixture f;
+  put(f.ws() / "src/main.cc", "int main() {\n  return 0;\n}\n");
+  put(f.ws() / "src/util.py", "def Main():\n    pass\n");
+  put(f.ws() / ".git/config", "main = yes\n");
+  put(f.ws() / "bin", std::string("main\0", 5));
+  ToolResult r = f.ok("grep", json{{"pattern", "main\\("}});
+  CHECK(r.text() == (f.ws() / "src/main.cc").string() + ":1:int main() {");
+  r = f.ok("grep", json{{"pattern", "main"}, {"ignore_case", true}, {"glob", "*.py"}});
+  CHECK(r.text() == (f.ws() / "src/util.py").string() + ":1:def Main():");
+  r = f.ok("grep", json{{"pattern", "\\w+"}, {"path", "src"}, {"max_results", 2}});
+  CHECK(r.structured["matches"] == 2);
+  CHECK(r.structured["more"] == true);
+  CHECK(r.text().find("[stopped at 2 matches") != std::string::npos);
+  r = f.ok("grep", json{{"pattern", "absent_word"}});
+  CHECK_FALSE(r.is_error);
+  CHECK(r.text() == "no matches under " + f.ws().string());
+  r = f.ok("grep", json{{"pattern", "("}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("grep:") == 0);
+}
+
+TEST_CASE("box tools: as root they act as the desktop user", "[agent][tools]") {
+  if (::geteuid() != 0 || !proc::lookup_user("nobody").ok()) {
+    WARN("skipped: needs root and a 'nobody' account");
+    return;
+  }
+  Fixture f("nobody");
+  const auto nobody = proc::lookup_user("nobody").value();
+  ::chmod(f.dir.path().c_str(), 0755);
+  fs::create_directories(f.ws() / "mine");
+  REQUIRE(::chown((f.ws() / "mine").c_str(), nobody.uid, nobody.gid) == 0);
+  // The workspace itself is root's and 0755: nobody may read it but not write into it.
+  ::chmod(f.ws().c_str(), 0755);
+  put(f.ws() / "root-only", "secret");
+  ::chmod((f.ws() / "root-only").c_str(), 0600);
+
+  ToolResult r = f.ok("write_file", json{{"path", "denied.txt"}, {"content", "x"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("Permission denied") != std::string::npos);
+  CHECK_FALSE(fs::exists(f.ws() / "denied.txt"));
+  r = f.ok("read_file", json{{"path", "root-only"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("Permission denied") != std::string::npos);
+
+  r = f.ok("write_file", json{{"path", "mine/ok.txt"}, {"content", "x"}});
+  CHECK_FALSE(r.is_error);
+  struct stat st {};
+  REQUIRE(::stat((f.ws() / "mine/ok.txt").c_str(), &st) == 0);
+  CHECK(st.st_uid == nobody.uid);
+  CHECK(st.st_gid == nobody.gid);
+
+  // Processes run as nobody too: with nobody's login shell (nologin), and grep as nobody.
+  r = f.ok("shell", json{{"command", "id -un"}});
+  CHECK(r.text() == "This account is currently not available.\n[exit code 1]");
+  r = f.ok("grep", json{{"pattern", "secret"}, {"path", "root-only"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("Permission denied") != std::string::npos);
+  r = f.ok("list_dir", json::object());
+  CHECK_FALSE(r.is_error);
+}
+
+}  // namespace
+}  // namespace cb::agent
