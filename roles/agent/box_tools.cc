@@ -1,6 +1,7 @@
 #include "roles/agent/box_tools.h"
 
 #include "base/base64.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "tools/contract.h"
 
@@ -152,65 +153,11 @@ Result<std::unique_ptr<OpenFile>> open_regular(const fs::path& path) {
   return f;
 }
 
-// Writes |content| to |path| atomically: a temporary file in the same directory, fsync,
-// rename over the target. Missing parent directories are created. A symlink is followed, so
-// its target is replaced and the link kept. The new file keeps the old one's mode.
-Status write_atomically(fs::path path, std::string_view content) {
-  std::error_code ec;
-  if (fs::is_symlink(fs::symlink_status(path, ec))) {
-    fs::path target = fs::weakly_canonical(path, ec);
-    if (!ec) path = target;
-  }
-  const fs::path dir = path.parent_path();
-  fs::create_directories(dir, ec);
-  if (ec) return failed_precondition(fmt::format("creating {}: {}", dir.string(), ec.message()));
-  mode_t mode = 0644;
-  struct stat old {};
-  const bool existed = ::stat(path.c_str(), &old) == 0;
-  if (existed) {
-    if (S_ISDIR(old.st_mode))
-      return failed_precondition(fmt::format("{} is a directory", path.string()));
-    mode = old.st_mode & 07777;
-  }
-  std::string tmp = (dir / ("." + path.filename().string() + ".cbtmp.XXXXXX")).string();
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return failed_precondition(fmt::format("{}: {}", dir.string(), errno_text(errno)));
-  auto fail = [&](std::string what) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return failed_precondition(fmt::format("{} {}: {}", what, path.string(), errno_text(e)));
-  };
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("writing");
-    done += static_cast<size_t>(n);
-  }
-  // mkostemp made it 0600; a new file gets 0644 less the umask, as an editor's would.
-  if (!existed) {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    mode &= ~mask;
-  }
-  if (::fchmod(fd, mode) != 0) return fail("setting the mode of");
-  if (::fsync(fd) != 0) return fail("syncing");
-  if (::close(fd) != 0) {
-    fd = -1;
-    ::unlink(tmp.c_str());
-    return failed_precondition(fmt::format("closing {}: {}", path.string(), errno_text(errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return failed_precondition(fmt::format("renaming into {}: {}", path.string(), errno_text(e)));
-  }
-  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
-    (void)::fsync(d);
-    ::close(d);
-  }
-  return ok_status();
+// write_file's and edit_file's write: atomic, parents created, a symlink's target rewritten.
+Status write_atomically(const fs::path& path, std::string_view content) {
+  AtomicWriteOptions o;
+  o.create_parents = true;
+  return write_file_atomic(path, content, o);
 }
 
 // Reads a whole text file for edit_file. Errors become the result's text.

@@ -1,5 +1,6 @@
 #include "client/config.h"
 
+#include "base/file.h"
 #include "proc/spawn.h"
 
 #include <fmt/format.h>
@@ -35,32 +36,10 @@ Status ensure_dir(const fs::path& dir) {
 // Writes |data| to dir/name with mode 0600 through a temp file and a rename.
 Status write_private(const fs::path& dir, const char* name, std::string_view data) {
   RETURN_IF_ERROR(ensure_dir(dir));
-  fs::path tmp = dir / fmt::format(".{}.tmp{}", name, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return internal_error(fmt::format("write {}: {}", tmp.string(), std::strerror(errno)));
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return internal_error(fmt::format("write {}: {}", tmp.string(), std::strerror(err)));
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return internal_error(fmt::format("write {}: {}", tmp.string(), std::strerror(errno)));
-  }
-  if (::rename(tmp.c_str(), (dir / name).c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return internal_error(
-        fmt::format("rename into {}: {}", (dir / name).string(), std::strerror(errno)));
-  }
-  return ok_status();
+  AtomicWriteOptions o;
+  o.mode = 0600;
+  o.follow_symlink = false;
+  return write_file_atomic(dir / name, data, o);
 }
 
 Result<std::optional<std::string>> read_file(const fs::path& path) {
