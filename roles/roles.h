@@ -54,6 +54,8 @@ inline const std::vector<Role> kCommands = {
     {"upgrade", cli::run, "recreate a box on the current image, keeping its data"},
     {"boxes", cli::run, "list your boxes"},
     {"box", cli::run, "box create NAME | box rm NAME"},
+    {"setup", cli::run, "register `cocoonbox mcp` with claude, codex or cursor"},
+    {"mcp-headers", cli::run, "print the Authorization header for a direct MCP config"},
     {"completion", cli::run, "print shell completion for bash or zsh"},
 #endif
 };

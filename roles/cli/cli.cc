@@ -5,6 +5,7 @@
 #include "client/connect.h"
 #include "client/endpoint.h"
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
+#include "roles/cli/setup.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -40,7 +41,9 @@ struct Options {
   bool json = false;
   bool yes = false;
   bool no_wait = false;
-  std::string shell;  // completion
+  std::string shell;   // completion
+  std::string client;  // setup
+  bool print = false;  // setup
 };
 
 // An error for the user: the message and the exit code it maps to.
@@ -211,6 +214,8 @@ class Cli {
       f = co_await login();
     } else if (o_.command == "logout") {
       f = co_await logout();
+    } else if (o_.command == "mcp-headers") {
+      f = co_await mcp_headers();
     } else {
       f = co_await connect();
       if (!f) f = co_await act();
@@ -306,6 +311,20 @@ class Cli {
     Status st = co_await client::erase_login(*dir, **cfg);
     if (!st.ok()) co_return Failure{std::string(st.message())};
     if (!o_.json) std::cout << fmt::format("Logged out of {}.\n", (*cfg)->endpoint);
+    co_return std::nullopt;
+  }
+
+  // The headers helper of a client's direct HTTP config (seed §13.2): the token goes to the
+  // client's pipe, never into its config file or environment.
+  asio::awaitable<std::optional<Failure>> mcp_headers() {
+    auto dir = client::config_dir();
+    if (!dir.ok()) co_return Failure{std::string(dir.status().message())};
+    auto cfg = client::load_config(*dir);
+    if (!cfg.ok()) co_return Failure{std::string(cfg.status().message())};
+    if (!*cfg) co_return Failure{"not logged in: run `cocoonbox login` first"};
+    auto token = co_await client::load_token(*dir, **cfg);
+    if (!token.ok()) co_return Failure{std::string(token.status().message())};
+    std::cout << nlohmann::json({{"Authorization", "Bearer " + *token}}).dump() << "\n";
     co_return std::nullopt;
   }
 
@@ -526,7 +545,7 @@ constexpr std::string_view kBashCompletion = R"(# bash completion for cocoonbox
 _cocoonbox() {
   local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "login logout status ensure hibernate upgrade boxes box completion api agent --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "login logout status ensure hibernate upgrade boxes box setup mcp-headers completion rsh api agent --help --version" -- "$cur"))
     return
   fi
   case $cmd in
@@ -537,6 +556,8 @@ _cocoonbox() {
     box) if [[ $COMP_CWORD -eq 2 ]]; then COMPREPLY=($(compgen -W "create rm" -- "$cur"));
          else COMPREPLY=($(compgen -W "--json --yes --no-wait --help" -- "$cur")); fi ;;
     completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
+    setup) if [[ $COMP_CWORD -eq 2 ]]; then COMPREPLY=($(compgen -W "claude codex cursor" -- "$cur"));
+           else COMPREPLY=($(compgen -W "--print --box --json --help" -- "$cur")); fi ;;
   esac
 }
 complete -F _cocoonbox cocoonbox
@@ -555,6 +576,8 @@ _cocoonbox() {
     'upgrade:recreate a box on the current image, keeping its data'
     'boxes:list your boxes'
     'box:create or remove a box'
+    'setup:register cocoonbox mcp with claude, codex or cursor'
+    'mcp-headers:print the Authorization header for a direct MCP config'
     'completion:print shell completion'
   )
   if (( CURRENT == 2 )); then
@@ -567,11 +590,49 @@ _cocoonbox() {
     upgrade) _arguments '--box[box name]:name:' '--yes' '--json' '--no-wait' ;;
     box) (( CURRENT == 3 )) && _values 'subcommand' create rm || _arguments '--json' '--yes' '--no-wait' ;;
     completion) _values 'shell' bash zsh ;;
+    setup) (( CURRENT == 3 )) && _values 'client' claude codex cursor || _arguments '--print' '--box[box name]:name:' '--json' ;;
     *) _arguments '--json' ;;
   esac
 }
 _cocoonbox "$@"
 )";
+
+int run_setup(const Options& o) {
+  auto plan = plan_setup(o.client, o.box, self_command());
+  if (!plan.ok()) {
+    std::cerr << "cocoonbox setup: " << plan.status().message() << "\n";
+    return plan.status().code() == Code::kInvalidArgument ? kUsage : kError;
+  }
+  if (o.print) {
+    if (o.json) {
+      std::cout << nlohmann::json({{"client", plan->client},
+                                   {"file", plan->file.string()},
+                                   {"entry", plan->snippet}})
+                       .dump()
+                << "\n";
+    } else {
+      std::cout << fmt::format("# {} reads MCP servers from {}; add:\n{}", plan->client,
+                               plan->file.string(), plan->snippet);
+    }
+    return kOk;
+  }
+  if (Status st = apply_setup(*plan); !st.ok()) {
+    std::cerr << "cocoonbox setup: " << st.message() << "\n";
+    return kError;
+  }
+  if (o.json) {
+    std::cout << nlohmann::json({{"client", plan->client},
+                                 {"file", plan->file.string()},
+                                 {"replaced", plan->replaced}})
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << fmt::format("{} the cocoonbox MCP server in {}. Restart {} to pick it up.\n",
+                             plan->replaced ? "Updated" : "Added", plan->file.string(),
+                             plan->client);
+  }
+  return kOk;
+}
 
 }  // namespace
 
@@ -646,6 +707,24 @@ int run(std::span<char* const> args) {
       ->check(CLI::IsMember({"bash", "zsh"}));
   completion->footer("Example:\n  source <(cocoonbox completion bash)");
 
+  auto* setup = app.add_subcommand(
+      "setup", "Register `cocoonbox mcp` with a local coding agent (claude, codex or cursor)");
+  setup->add_option("CLIENT", o.client, "claude, codex or cursor")
+      ->required()
+      ->check(CLI::IsMember({"claude", "codex", "cursor"}));
+  setup->add_flag("--print", o.print, "print the entry and the file it belongs in; change nothing");
+  setup->add_option("--box", o.box, "the box the client's tools use by default (default: main)");
+  setup->add_flag("--json", o.json, "print what was done as JSON");
+  setup->footer(
+      "The entry runs `cocoonbox mcp`: no URL and no token goes into the client's files.\n"
+      "Examples:\n  cocoonbox setup claude\n  cocoonbox setup codex --box work\n"
+      "  cocoonbox setup cursor --print");
+  app.add_subcommand("mcp-headers",
+                     "Print {\"Authorization\": \"Bearer ...\"} for a client's headersHelper")
+      ->footer(
+          "For clients configured with the api's MCP URL directly, e.g. Claude Code's\n"
+          "\"headersHelper\": \"cocoonbox mcp-headers\". Prefer `cocoonbox setup`.");
+
   std::vector<std::string> argv = {"cocoonbox"};
   for (char* a : args) argv.emplace_back(a);
   std::vector<const char*> cargv;
@@ -664,6 +743,7 @@ int run(std::span<char* const> args) {
     std::cout << (o.shell == "bash" ? kBashCompletion : kZshCompletion);
     return kOk;
   }
+  if (o.command == "setup") return run_setup(o);
   // The CLI talks to people: its own logs only when asked (COCOONBOX_LOG_LEVEL).
   if (std::getenv("COCOONBOX_LOG_LEVEL") == nullptr) log::set_min_level(log::Level::kError);
 

@@ -6,6 +6,7 @@
 //   cocoonbox logout
 //   cocoonbox status|ensure|hibernate|upgrade [--box NAME] [--json] ...
 //   cocoonbox boxes [--json]          cocoonbox box create|rm NAME
+//   cocoonbox setup claude|codex|cursor [--print]   cocoonbox mcp-headers
 //   cocoonbox completion bash|zsh
 //
 // Exit codes: 0 ok, 1 error (the api said no, or cannot be reached), 2 usage.

@@ -135,6 +135,43 @@ if command -v zsh >/dev/null; then zsh -n <<<"$out" || fail "zsh completion synt
 expect 2 completion fish
 ok "shell completion for bash and zsh"
 
+# --- setup and mcp-headers (seed §13.2, §13.5) ---
+echo "$alice" | "$bin" login --endpoint "$endpoint" --token - >/dev/null || fail "login for setup"
+fake_home=$tmp/home
+mkdir -p "$fake_home/.codex"
+printf '{"numStartups": 7, "mcpServers": {"other": {"command": "x"}}}\n' >"$fake_home/.claude.json"
+printf 'model = "o3"\n\n[mcp_servers.cocoonbox]\ncommand = "old"\n\n[mcp_servers.cocoonbox.env]\nA = "1"\n\n[tui]\nx = 1\n' \
+  >"$fake_home/.codex/config.toml"
+HOME=$fake_home expect 0 setup cursor --print
+[[ ! -e $fake_home/.cursor ]] || fail "setup --print wrote a file"
+grep -q '"mcp"' <<<"$out" || fail "setup --print shows no entry: $out"
+for client in claude codex cursor; do HOME=$fake_home expect 0 setup "$client" --json; done
+HOME=$fake_home expect 0 setup codex --box work --json
+[[ $(json 'v["replaced"]' <<<"$out") == True ]] || fail "setup codex twice did not replace: $out"
+python3 - "$fake_home" "$bin" <<'PY' || fail "setup wrote the wrong entries"
+import json, sys, tomllib
+home, binary = sys.argv[1], sys.argv[2]
+claude = json.load(open(home + "/.claude.json"))
+assert claude["numStartups"] == 7 and claude["mcpServers"]["other"] == {"command": "x"}, claude
+assert list(claude)[0] == "numStartups", "key order not kept"
+assert claude["mcpServers"]["cocoonbox"] == {"type": "stdio", "command": binary, "args": ["mcp"], "env": {}}, claude
+cursor = json.load(open(home + "/.cursor/mcp.json"))
+assert cursor["mcpServers"]["cocoonbox"] == {"command": binary, "args": ["mcp"]}, cursor
+codex = tomllib.load(open(home + "/.codex/config.toml", "rb"))
+assert codex["model"] == "o3" and codex["tui"] == {"x": 1}, codex
+assert codex["mcp_servers"]["cocoonbox"] == {"command": binary, "args": ["mcp", "--box", "work"]}, codex
+PY
+[[ $(stat -c %a "$fake_home/.cursor/mcp.json") == 600 ]] || fail "a new client config is not 0600"
+! grep -rqF "$alice" "$fake_home" || fail "the token is in a client's config"
+! grep -rqF "127.0.0.1:$port" "$fake_home" || fail "the endpoint is in a client's config"
+HOME=$fake_home expect 2 setup vim
+expect 0 mcp-headers
+[[ $(json 'v["Authorization"]' <<<"$out") == "Bearer $alice" ]] || fail "mcp-headers: $out"
+expect 0 logout
+expect 1 mcp-headers
+grep -q "not logged in" <<<"$err" || fail "mcp-headers logged out: $err"
+ok "setup claude|codex|cursor writes a token-free entry and keeps the rest; mcp-headers"
+
 # The README's walk-through: the printed login line, then ensure.
 cocoonbox() { "$bin" "$@"; }  # as if installed on PATH
 eval "$login_line" >/dev/null 2>&1 || fail "the printed login line: $login_line"
