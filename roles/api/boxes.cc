@@ -141,6 +141,21 @@ void BoxManager::release(const std::string& box_id) {
   rt.idle.notify();
 }
 
+asio::awaitable<Result<OperationEvent>> BoxManager::follow(std::string operation_id,
+                                                           int64_t after_seq, EventSink on_event) {
+  for (;;) {
+    const uint64_t seen = generation_;
+    CO_ASSIGN_OR_RETURN(auto events, co_await store_.events_after(operation_id, after_seq));
+    for (const auto& e : events) {
+      Status st = co_await on_event(e);
+      if (!st.ok()) co_return st;
+      after_seq = e.seq;
+      if (e.phase == Phase::kDone || e.phase == Phase::kFailed) co_return e;
+    }
+    while (generation_ == seen) CO_RETURN_IF_ERROR(co_await changed_.wait());
+  }
+}
+
 asio::awaitable<void> BoxManager::wait_operation(const std::string& box_id) {
   auto& rt = runtime(box_id);
   while (rt.busy) {

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -87,6 +88,16 @@ class BoxManager {
   void attach(const std::string& box_id);
   void detach(const std::string& box_id);
   int attached(const std::string& box_id) const;
+
+  // Follows the journal of |operation_id| after event |after_seq|: |on_event| gets each event
+  // as it is recorded, until DONE or FAILED, which is returned. Errors: the store's, or the
+  // first error |on_event| returns (kCancelled when the caller goes away).
+  using EventSink = std::function<asio::awaitable<Status>(const OperationEvent&)>;
+  asio::awaitable<Result<OperationEvent>> follow(std::string operation_id, int64_t after_seq,
+                                                 EventSink on_event);
+
+  // The image new and recreated boxes get (Box.latest_image for clients).
+  const std::string& image() const { return options_.image; }
 
   uint64_t generation() const { return generation_; }
   net::Signal& changed() { return changed_; }

@@ -129,24 +129,18 @@ asio::awaitable<Status> BoxesService::WatchOperation(
   CO_ASSIGN_OR_RETURN(auto op, co_await store_.get_operation(req.operation_id()));
   if (op.user_id != who.user_id)
     co_return not_found(fmt::format("operation {} not found", req.operation_id()));
-  for (;;) {
-    uint64_t seen = manager_.generation();
-    CO_ASSIGN_OR_RETURN(auto events, co_await store_.events_after(op.id, after));
-    for (const auto& e : events) {
-      pb::OperationEvent ev;
-      ev.set_operation_id(op.id);
-      ev.set_phase(static_cast<pb::Phase>(static_cast<int>(e.phase)));
-      ev.set_detail(e.detail);
-      ev.set_offset_key(offset_key(e.seq));
-      ev.set_at_ms(e.at_ms);
-      CO_RETURN_IF_ERROR(co_await writer.write(ev));
-      after = e.seq;
-      if (e.phase == Phase::kDone || e.phase == Phase::kFailed) co_return ok_status();
-    }
-    while (manager_.generation() == seen) {
-      CO_RETURN_IF_ERROR(co_await manager_.changed().wait());
-    }
-  }
+  // The lambda is a named object: gcc 12 mishandles lambdas built inside a co_await operand.
+  BoxManager::EventSink send = [&](const OperationEvent& e) -> asio::awaitable<Status> {
+    pb::OperationEvent ev;
+    ev.set_operation_id(op.id);
+    ev.set_phase(static_cast<pb::Phase>(static_cast<int>(e.phase)));
+    ev.set_detail(e.detail);
+    ev.set_offset_key(offset_key(e.seq));
+    ev.set_at_ms(e.at_ms);
+    co_return co_await writer.write(ev);
+  };
+  auto last = co_await manager_.follow(op.id, after, send);
+  co_return last.status();
 }
 
 }  // namespace cb::api

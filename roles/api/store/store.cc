@@ -243,6 +243,30 @@ bool counts_as_running(BoxState state) {
 
 std::string offset_key(int64_t seq) { return std::to_string(seq); }
 
+std::string_view phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kPending:
+      return "pending";
+    case Phase::kBackingUp:
+      return "backing up";
+    case Phase::kCreating:
+      return "creating";
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kFreezing:
+      return "freezing";
+    case Phase::kThawing:
+      return "thawing";
+    case Phase::kCleaningUp:
+      return "cleaning up";
+    case Phase::kDone:
+      return "done";
+    case Phase::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
 std::string_view box_state_name(BoxState state) {
   switch (state) {
     case BoxState::kAbsent:

@@ -83,6 +83,9 @@ enum class Phase : int {
 bool counts_as_running(BoxState state);
 // "absent", "starting", "running", "hibernating", "hibernated", "failed".
 std::string_view box_state_name(BoxState state);
+// "pending", "backing up", "creating", "starting", "freezing", "thawing", "cleaning up",
+// "done", "failed".
+std::string_view phase_name(Phase phase);
 
 struct User {
   int64_t id = 0;
