@@ -75,10 +75,12 @@ fs::path self_command() {
   size_t start = 0;
   while (start <= path.size()) {
     size_t colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string dir =
+        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (!dir.empty()) {
       fs::path candidate = fs::path(dir) / "cocoonbox";
-      if (fs::exists(candidate, ec) && fs::equivalent(candidate, self, ec) && !ec) return "cocoonbox";
+      if (fs::exists(candidate, ec) && fs::equivalent(candidate, self, ec) && !ec)
+        return "cocoonbox";
       if (fs::exists(candidate, ec)) break;  // another cocoonbox comes first: be explicit
     }
     if (colon == std::string::npos) break;
@@ -102,17 +104,23 @@ Result<SetupPlan> plan_setup(std::string_view client, const std::string& box,
     plan.file = client == "claude" ? fs::path(env_or("CLAUDE_CONFIG_DIR", home)) / ".claude.json"
                                    : fs::path(home) / ".cursor" / "mcp.json";
     json server = {{"command", command.string()}, {"args", args}};
-    if (client == "claude") server = {{"type", "stdio"}, {"command", command.string()}, {"args", args}, {"env", json::object()}};
+    if (client == "claude")
+      server = {{"type", "stdio"},
+                {"command", command.string()},
+                {"args", args},
+                {"env", json::object()}};
     plan.snippet = json{{"mcpServers", {{"cocoonbox", server}}}}.dump(2) + "\n";
     ASSIGN_OR_RETURN(std::string old, read_optional(plan.file));
     json doc = json::object();
     if (!old.empty()) {
       doc = json::parse(old, nullptr, false);
       if (doc.is_discarded() || !doc.is_object())
-        return failed_precondition(fmt::format("{} is not a JSON object: fix or move it first", plan.file.string()));
+        return failed_precondition(
+            fmt::format("{} is not a JSON object: fix or move it first", plan.file.string()));
     }
     if (doc.contains("mcpServers") && !doc["mcpServers"].is_object())
-      return failed_precondition(fmt::format("{}: mcpServers is not an object", plan.file.string()));
+      return failed_precondition(
+          fmt::format("{}: mcpServers is not an object", plan.file.string()));
     plan.replaced = doc.contains("mcpServers") && doc["mcpServers"].contains("cocoonbox");
     doc["mcpServers"]["cocoonbox"] = server;
     plan.content = doc.dump(2) + "\n";
@@ -120,7 +128,8 @@ Result<SetupPlan> plan_setup(std::string_view client, const std::string& box,
   }
   if (client == "codex") {
     plan.file = fs::path(env_or("CODEX_HOME", home + "/.codex")) / "config.toml";
-    std::string table = fmt::format("[mcp_servers.cocoonbox]\ncommand = {}\nargs = [", toml_string(command.string()));
+    std::string table = fmt::format("[mcp_servers.cocoonbox]\ncommand = {}\nargs = [",
+                                    toml_string(command.string()));
     for (size_t i = 0; i < args.size(); ++i) table += (i ? ", " : "") + toml_string(args[i]);
     table += "]\n";
     plan.snippet = table;
