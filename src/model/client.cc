@@ -314,6 +314,13 @@ asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const 
   bool clean_end = false;
   std::string cut_reason;
   while (!assembler->done()) {
+    // A cancellation that came while the last piece was being handled (say, from on_delta)
+    // found no read to cancel; it must not be lost until the next byte arrives.
+    bool cancelled_now = co_await is_cancelled();
+    if (cancelled_now) {
+      client.close();
+      co_return cancelled("model call cancelled");
+    }
     auto piece = co_await client.read_body(read_deadline());
     if (!piece.ok()) {
       client.close();
