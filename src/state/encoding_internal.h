@@ -1,8 +1,8 @@
 #pragma once
-// Private to src/state: the primitive encodings of README.md §Encoding (LEB128 varints,
-// length-prefixed strings) and a bounds-checked reader whose every failure is kDataLoss,
-// because the bytes it reads were authenticated by the AEAD and can only be wrong through a
-// bug or a format mismatch, never through a peer's choice.
+// Private to src/state: the primitive encodings of README.md §Manifest (varint, svarint and
+// bytes: LEB128 varints, ZigZag, length-prefixed strings) and a bounds-checked reader whose every
+// failure is kDataLoss, because the bytes it reads were authenticated by the AEAD and can only be
+// wrong through a bug or a format mismatch, never through a peer's choice.
 
 #include "base/result.h"
 

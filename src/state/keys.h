@@ -1,8 +1,8 @@
 #pragma once
 // The keys of one user's state (product design §22.5): a 32-byte state key per user, held by
 // the api sealed under its master key and handed to the agent for a save or a restore. Every
-// key the state layer uses is a subkey derived from it with crypto_kdf (README.md §Keys), so
-// the state key itself never touches data:
+// key the state layer uses is a subkey derived from it with crypto_kdf (README.md §State key
+// and subkeys), so the state key itself never touches data:
 //
 //   subkey 1  chunk ids        keyed BLAKE2b-256 of a chunk's plaintext
 //   subkey 2  chunk sealing    XChaCha20-Poly1305 of chunk bodies
@@ -30,7 +30,8 @@
 namespace cb::state {
 
 inline constexpr size_t kChunkIdSize = 32;
-inline constexpr char kKdfContext[] = "cbstate1";  // 8 bytes, README.md §Keys
+// The crypto_kdf context, 8 bytes (README.md §State key and subkeys).
+inline constexpr char kKdfContext[] = "cbstate1";
 
 // A chunk's id: BLAKE2b-256 of its plaintext keyed with the chunk-id subkey.
 struct ChunkId {

@@ -1,0 +1,288 @@
+#include "state/fs_store.h"
+
+#include <algorithm>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <memory>
+#include <string.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace cb::state {
+
+namespace {
+
+Status errno_status(std::string_view what, int err) {
+  std::string msg = std::string(what) + ": " + strerror(err);
+  switch (err) {
+    case ENOENT:
+      return not_found(msg);
+    case EACCES:
+    case EPERM:
+      return permission_denied(msg);
+    case ENOSPC:
+    case EDQUOT:
+      return resource_exhausted(msg);
+    default:
+      return internal_error(msg);
+  }
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+Status fsync_path(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return errno_status("open " + path, errno);
+  if (::fsync(fd.get()) != 0) return errno_status("fsync " + path, errno);
+  return ok_status();
+}
+
+Status write_all(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("write " + path, errno);
+    }
+    data.remove_prefix(size_t(n));
+  }
+  return ok_status();
+}
+
+std::string parent_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+struct DirChild {
+  std::string name;
+  std::string sort_key;  // name, plus '/' for a directory: the order of the keys below it
+  bool is_dir;
+};
+
+// The children of |dir| that can be keys or hold keys, in key order.
+Result<std::vector<DirChild>> read_children(const std::string& dir) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return errno_status("opendir " + dir, errno);
+  std::vector<DirChild> out;
+  while (true) {
+    errno = 0;
+    dirent* e = ::readdir(d.get());
+    if (e == nullptr) {
+      if (errno != 0) return errno_status("readdir " + dir, errno);
+      break;
+    }
+    std::string name = e->d_name;
+    if (name.empty() || name[0] == '.') continue;  // ".", "..", temporaries
+    bool is_dir = false;
+    if (e->d_type == DT_DIR) {
+      is_dir = true;
+    } else if (e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      if (::lstat((dir + "/" + name).c_str(), &st) != 0) continue;
+      is_dir = S_ISDIR(st.st_mode);
+    } else if (e->d_type != DT_REG) {
+      continue;
+    }
+    out.push_back({name, is_dir ? name + "/" : name, is_dir});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const DirChild& a, const DirChild& b) { return a.sort_key < b.sort_key; });
+  return out;
+}
+
+struct Walk {
+  std::string_view prefix;
+  std::string_view start_after;
+  size_t limit;
+  ListPage page;
+};
+
+// Appends the objects under |dir| (whose keys start with |key_base|) to walk.page, in key
+// order; stops once the page holds limit + 1 objects (the extra one sets truncated).
+Status walk(const std::string& dir, const std::string& key_base, Walk& w) {
+  auto children = read_children(dir);
+  if (!children.ok()) {
+    if (children.status().code() == Code::kNotFound) return ok_status();  // deleted meanwhile
+    return children.status();
+  }
+  for (const DirChild& child : *children) {
+    if (w.page.objects.size() > w.limit) return ok_status();
+    const std::string key = key_base + child.name;
+    if (child.is_dir) {
+      const std::string sub = key + "/";
+      // Every key below is sub + something: skip the subtree when none can match the prefix
+      // or all sort at or before start_after.
+      bool can_match = sub.compare(0, std::min(sub.size(), w.prefix.size()), w.prefix, 0,
+                                   std::min(sub.size(), w.prefix.size())) == 0;
+      if (!can_match) continue;
+      // Every key below sorts before key + "0" ('0' follows '/').
+      if (!w.start_after.empty() && w.start_after >= std::string_view(key + "0")) continue;
+      RETURN_IF_ERROR(walk(dir + "/" + child.name, sub, w));
+    } else {
+      if (key.compare(0, w.prefix.size(), w.prefix) != 0) continue;
+      if (std::string_view(key) <= w.start_after) continue;
+      struct stat st;
+      if (::stat((dir + "/" + child.name).c_str(), &st) != 0) continue;  // deleted meanwhile
+      w.page.objects.push_back({key, uint64_t(st.st_size)});
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FsStore>> FsStore::open(const std::filesystem::path& root, Options options) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return internal_error("store " + root.string() + ": " + ec.message());
+  if (!std::filesystem::is_directory(root, ec)) {
+    return internal_error("store " + root.string() + ": not a directory");
+  }
+  return std::unique_ptr<FsStore>(new FsStore(root, options));
+}
+
+Status FsStore::put(std::string_view key, std::string_view data) {
+  RETURN_IF_ERROR(validate_key(key));
+  const std::string path = (root_ / key).string();
+  const std::string dir = parent_of(path);
+  // Create missing parents one level at a time, remembering them to fsync their parents.
+  std::vector<std::string> created;
+  {
+    std::string at = root_.string();
+    std::string_view rest = key;
+    while (true) {
+      size_t slash = rest.find('/');
+      if (slash == std::string_view::npos) break;
+      at += "/";
+      at += rest.substr(0, slash);
+      rest.remove_prefix(slash + 1);
+      if (::mkdir(at.c_str(), 0700) == 0) {
+        created.push_back(at);
+      } else if (errno != EEXIST) {
+        return errno_status("mkdir " + at, errno);
+      }
+    }
+  }
+  std::string temp;
+  int raw = -1;
+  for (int attempt = 0;; ++attempt) {
+    temp = dir + "/.tmp-" + std::to_string(::getpid()) + "-" +
+           std::to_string(temp_counter_.fetch_add(1));
+    raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (raw >= 0) break;
+    if (errno != EEXIST || attempt > 100) return errno_status("create " + temp, errno);
+  }
+  Fd fd(raw);
+  Status s = write_all(fd.get(), data, temp);
+  if (s.ok() && options_.sync && ::fsync(fd.get()) != 0) s = errno_status("fsync " + temp, errno);
+  if (s.ok() && ::close(fd.release()) != 0) s = errno_status("close " + temp, errno);
+  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0)
+    s = errno_status("rename " + path, errno);
+  if (!s.ok()) {
+    ::unlink(temp.c_str());
+    return s;
+  }
+  if (options_.sync) {
+    RETURN_IF_ERROR(fsync_path(dir));
+    for (const std::string& d : created) RETURN_IF_ERROR(fsync_path(parent_of(d)));
+  }
+  return ok_status();
+}
+
+Result<std::string> FsStore::get(std::string_view key) {
+  RETURN_IF_ERROR(validate_key(key));
+  const std::string path = (root_ / key).string();
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errno_status("open " + std::string(key), errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+  std::string out;
+  out.resize(size_t(st.st_size));
+  size_t got = 0;
+  while (true) {
+    if (got == out.size()) out.resize(out.size() + 4096);  // grew since fstat: keep reading
+    ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("read " + path, errno);
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+Result<uint64_t> FsStore::stat(std::string_view key) {
+  RETURN_IF_ERROR(validate_key(key));
+  struct stat st;
+  if (::stat((root_ / key).c_str(), &st) != 0) return errno_status(std::string(key), errno);
+  if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+  return uint64_t(st.st_size);
+}
+
+Result<ListPage> FsStore::list(std::string_view prefix, std::string_view start_after,
+                               size_t limit) {
+  if (limit == 0 || limit > kDefaultListLimit) {
+    return invalid_argument("list: limit must be 1.." + std::to_string(kDefaultListLimit));
+  }
+  Walk w{prefix, start_after, limit, {}};
+  RETURN_IF_ERROR(walk(root_.string(), "", w));
+  if (w.page.objects.size() > limit) {
+    w.page.objects.resize(limit);
+    w.page.truncated = true;
+  }
+  return std::move(w.page);
+}
+
+Status FsStore::delete_batch(std::span<const std::string> keys) {
+  if (keys.size() > kMaxDeleteBatch) {
+    return invalid_argument("delete: at most " + std::to_string(kMaxDeleteBatch) + " keys");
+  }
+  for (const auto& key : keys) RETURN_IF_ERROR(validate_key(key));
+  for (const auto& key : keys) {
+    if (::unlink((root_ / key).c_str()) != 0 && errno != ENOENT) {
+      return errno_status("unlink " + key, errno);
+    }
+  }
+  return ok_status();
+}
+
+Result<size_t> FsStore::remove_temporaries() {
+  size_t removed = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(".tmp-", 0) == 0 && it->is_regular_file(ec)) {
+      std::error_code rm;
+      if (std::filesystem::remove(it->path(), rm)) ++removed;
+    }
+  }
+  if (ec) return internal_error("remove temporaries: " + ec.message());
+  return removed;
+}
+
+}  // namespace cb::state

@@ -1,0 +1,94 @@
+#include "state/save.h"
+
+#include "state/chunk.h"
+
+namespace cb::state {
+
+StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string user,
+                               crypto::Random& random)
+    : store_(store), keys_(keys), user_(std::move(user)), random_(random) {}
+
+void StoreChunkSink::add_known(const Manifest& manifest) {
+  for (const Entry& e : manifest.entries) {
+    for (const ChunkRef& c : e.chunks) known_.insert(c.id);
+  }
+}
+
+Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext) {
+  if (known_.count(id) != 0) return ok_status();
+  const std::string key = chunk_key(user_, id);
+  auto size = store_.stat(key);
+  if (size.ok()) {
+    known_.insert(id);
+    return ok_status();
+  }
+  if (size.status().code() != Code::kNotFound) return size.status();
+  const std::string sealed = seal_chunk(keys_, id, plaintext, random_);
+  RETURN_IF_ERROR(store_.put(key, sealed));
+  known_.insert(id);
+  ++added_chunks_;
+  added_bytes_ += plaintext.size();
+  added_stored_bytes_ += sealed.size();
+  return ok_status();
+}
+
+Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,
+                                 const SaveOptions& options, const Clock& clock,
+                                 crypto::Random& random) {
+  RETURN_IF_ERROR(validate_location(location));
+  const auto now = clock.now();
+  ASSIGN_OR_RETURN(std::optional<Head> head, load_head(store, keys, location));
+  Manifest loaded;
+  const Manifest* parent = nullptr;
+  if (head.has_value()) {
+    if (options.cached_parent != nullptr && options.cached_parent_id == head->snapshot_id) {
+      parent = options.cached_parent;
+    } else {
+      ASSIGN_OR_RETURN(loaded, load_manifest(store, keys, location, head->snapshot_id));
+      parent = &loaded;
+    }
+  }
+
+  StoreChunkSink sink(store, keys, location.user, random);
+  if (parent != nullptr) sink.add_known(*parent);
+  ASSIGN_OR_RETURN(ScanResult scan, scan_tree(options.scan, parent, keys, sink));
+
+  Record record;
+  record.snapshot_id = new_snapshot_id(now, random);
+  record.box = location.box;
+  record.saved_at_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  record.parent = head.has_value() ? head->snapshot_id : "";
+  record.quiesced = options.quiesced;
+  SnapshotStats& stats = record.stats;
+  for (const Entry& e : scan.manifest.entries) {
+    switch (e.kind) {
+      case EntryKind::kFile:
+        ++stats.files;
+        stats.logical_bytes += e.size;
+        break;
+      case EntryKind::kDir:
+        ++stats.dirs;
+        break;
+      case EntryKind::kSymlink:
+        ++stats.symlinks;
+        break;
+    }
+  }
+  stats.changed_files = scan.stats.files_read;
+  stats.added_chunks = sink.added_chunks();
+  stats.added_bytes = sink.added_bytes();
+  stats.added_stored_bytes = sink.added_stored_bytes();
+  stats.skipped = scan.stats.skipped;
+
+  ASSIGN_OR_RETURN(
+      record, commit_snapshot(store, keys, location, scan.manifest, std::move(record), random));
+  SaveResult result;
+  result.record = std::move(record);
+  result.manifest = std::move(scan.manifest);
+  result.scan = scan.stats;
+  result.notes = std::move(scan.notes);
+  return result;
+}
+
+}  // namespace cb::state

@@ -1,0 +1,86 @@
+#pragma once
+// save_snapshot(): one save of a box, end to end (README.md §Saving):
+//
+//   1. read the head; load its manifest (or take the caller's cached copy of it)
+//   2. scan the roots with it (scanner.h): unchanged files keep their chunk lists unread
+//   3. every chunk of a file read is stored unless it is known: in the parent manifest,
+//      already stored by this save, or found in the store (stat) — the last is what makes a
+//      second box of the same user upload nothing for a file the first one saved
+//   4. commit (snapshot.h): manifest, record, timeline, then the head
+//
+// A failure at any step leaves the head, and every committed snapshot, as they were.
+//
+// This is the direct form, for a caller that holds the Store (the api, tests, benchmarks).
+// The agent's form (issue 7 item 2) splits step 3 at the api: it scans with its own
+// ChunkSink that collects the new ids, asks the api which ones the store lacks and uploads
+// those through presigned URLs; scan_tree(), seal_chunk() and commit_snapshot() are the
+// pieces it reuses.
+//
+// Thread-safety: reentrant; concurrent saves of one box must be serialized by the caller.
+
+#include "base/clock.h"
+#include "base/result.h"
+#include "crypto/random.h"
+#include "state/keys.h"
+#include "state/manifest.h"
+#include "state/scanner.h"
+#include "state/snapshot.h"
+#include "state/store.h"
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace cb::state {
+
+struct SaveOptions {
+  ScanOptions scan;
+  bool quiesced = false;  // recorded: the caller made the copy consistent (§25.5 Snapshot)
+  // The head's manifest if the caller kept it from its last save or restore; used only when
+  // cached_parent_id equals the head's snapshot id, else the manifest is loaded.
+  const Manifest* cached_parent = nullptr;
+  std::string cached_parent_id;
+};
+
+struct SaveResult {
+  Record record;
+  Manifest manifest;
+  ScanStats scan;
+  std::vector<std::string> notes;  // entries skipped by the scan
+};
+
+// Saves |options.scan.roots| as a new snapshot of |location|, at clock.now().
+// Errors: the scan's errors (scanner.h); kDataLoss if the head's manifest does not open;
+//   store errors; commit errors (snapshot.h).
+Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,
+                                 const SaveOptions& options, const Clock& clock,
+                                 crypto::Random& random);
+
+// The ChunkSink of save_snapshot(): stores each chunk that is neither in |known| nor in the
+// store, and counts what it stored. Exposed for callers that drive scan_tree() themselves.
+class StoreChunkSink final : public ChunkSink {
+ public:
+  // |store|, |keys| and |random| are not owned and must outlive the sink.
+  StoreChunkSink(Store& store, const StateKeys& keys, std::string user, crypto::Random& random);
+
+  // Marks every chunk of |manifest| as already stored.
+  void add_known(const Manifest& manifest);
+
+  Status add(const ChunkId& id, std::span<const uint8_t> plaintext) override;
+
+  uint64_t added_chunks() const { return added_chunks_; }
+  uint64_t added_bytes() const { return added_bytes_; }
+  uint64_t added_stored_bytes() const { return added_stored_bytes_; }
+
+ private:
+  Store& store_;
+  const StateKeys& keys_;
+  std::string user_;
+  crypto::Random& random_;
+  std::unordered_set<ChunkId, ChunkIdHash> known_;
+  uint64_t added_chunks_ = 0;
+  uint64_t added_bytes_ = 0;
+  uint64_t added_stored_bytes_ = 0;
+};
+
+}  // namespace cb::state

@@ -1,0 +1,305 @@
+#include "state/scanner.h"
+
+#include <algorithm>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <grp.h>
+#include <memory>
+#include <pwd.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace cb::state {
+
+namespace {
+
+constexpr size_t kMaxNotes = 1000;
+constexpr int kReadAttempts = 3;
+
+int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
+
+int64_t realtime_ns() {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return to_ns(t);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+class Scanner {
+ public:
+  Scanner(const ScanOptions& options, const Manifest* previous, const StateKeys& keys,
+          ChunkSink& sink)
+      : options_(options), previous_(previous), keys_(keys), sink_(sink) {}
+
+  Result<ScanResult> run() {
+    result_.manifest.scan_started_ns = realtime_ns();
+    for (const ScanRoot& root : options_.roots) {
+      Fd fd(::open(root.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (fd.get() < 0) {
+        int err = errno;
+        std::string msg = "root " + root.dir + ": " + strerror(err);
+        return err == ENOENT || err == ENOTDIR ? not_found(msg)
+               : err == EACCES                 ? permission_denied(msg)
+                                               : internal_error(msg);
+      }
+      struct stat st;
+      if (::fstat(fd.get(), &st) != 0) return internal_error("fstat " + root.dir);
+      if (excluded(root.name)) continue;
+      add_entry(root.name, EntryKind::kDir, st);
+      RETURN_IF_ERROR(walk_dir(fd.get(), root.name, root.dir));
+    }
+    sort_entries(result_.manifest);
+    if (Status s = validate_manifest(result_.manifest); !s.ok()) {
+      return internal_error("scan produced an invalid manifest: " + std::string(s.message()));
+    }
+    return std::move(result_);
+  }
+
+ private:
+  void note(std::string line) {
+    ++result_.stats.skipped;
+    if (result_.notes.size() < kMaxNotes) result_.notes.push_back(std::move(line));
+  }
+
+  bool excluded(const std::string& path) const {
+    for (const std::string& pattern : options_.exclude) {
+      if (::fnmatch(pattern.c_str(), path.c_str(), 0) == 0) return true;
+    }
+    return false;
+  }
+
+  const std::string& user_name(uint32_t uid) {
+    auto it = users_.find(uid);
+    if (it != users_.end()) return it->second;
+    std::string name;
+    struct passwd pw, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      name = found->pw_name;
+    }
+    if (name.size() > kMaxNameSize) name.clear();
+    return users_.emplace(uid, std::move(name)).first->second;
+  }
+
+  const std::string& group_name(uint32_t gid) {
+    auto it = groups_.find(gid);
+    if (it != groups_.end()) return it->second;
+    std::string name;
+    struct group gr, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      name = found->gr_name;
+    }
+    if (name.size() > kMaxNameSize) name.clear();
+    return groups_.emplace(gid, std::move(name)).first->second;
+  }
+
+  Entry& add_entry(const std::string& path, EntryKind kind, const struct stat& st) {
+    Entry e;
+    e.path = path;
+    e.kind = kind;
+    e.mode = uint32_t(st.st_mode & 07777);
+    e.uid = st.st_uid;
+    e.gid = st.st_gid;
+    e.user = user_name(st.st_uid);
+    e.group = group_name(st.st_gid);
+    e.mtime_ns = to_ns(st.st_mtim);
+    e.ctime_ns = to_ns(st.st_ctim);
+    e.inode = st.st_ino;
+    result_.manifest.entries.push_back(std::move(e));
+    return result_.manifest.entries.back();
+  }
+
+  // The names in the directory |fd|, sorted bytewise (so the walk is in path order).
+  Result<std::vector<std::string>> read_names(int fd, const std::string& where) {
+    int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return internal_error("dup " + where + ": " + strerror(errno));
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(dup), ::closedir);
+    if (!d) {
+      ::close(dup);
+      return internal_error("fdopendir " + where + ": " + strerror(errno));
+    }
+    std::vector<std::string> names;
+    while (true) {
+      errno = 0;
+      dirent* e = ::readdir(d.get());
+      if (e == nullptr) {
+        if (errno != 0) return internal_error("readdir " + where + ": " + strerror(errno));
+        break;
+      }
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+      names.emplace_back(e->d_name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  Status walk_dir(int dir_fd, const std::string& dir_path, const std::string& dir_os) {
+    ASSIGN_OR_RETURN(std::vector<std::string> names, read_names(dir_fd, dir_os));
+    for (const std::string& name : names) {
+      const std::string path = dir_path + "/" + name;
+      const std::string os_path = dir_os + "/" + name;
+      if (name.rfind(kRestoreTempPrefix, 0) == 0 || excluded(path)) continue;
+      if (path.size() > kMaxPathSize) {
+        note(os_path.substr(0, 200) + "...: path longer than 4096 bytes, skipped");
+        continue;
+      }
+      struct stat st;
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        note(os_path + ": " + strerror(errno) + ", skipped");
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        Fd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub.get() < 0) {
+          note(os_path + ": " + strerror(errno) + ", skipped");
+          continue;
+        }
+        if (::fstat(sub.get(), &st) != 0) {
+          note(os_path + ": " + strerror(errno) + ", skipped");
+          continue;
+        }
+        add_entry(path, EntryKind::kDir, st);
+        RETURN_IF_ERROR(walk_dir(sub.get(), path, os_path));
+      } else if (S_ISLNK(st.st_mode)) {
+        std::string target(kMaxPathSize + 1, '\0');
+        ssize_t n = ::readlinkat(dir_fd, name.c_str(), target.data(), target.size());
+        if (n <= 0 || size_t(n) > kMaxPathSize) {
+          note(os_path + ": symlink unreadable or too long, skipped");
+          continue;
+        }
+        target.resize(size_t(n));
+        add_entry(path, EntryKind::kSymlink, st).target = std::move(target);
+      } else if (S_ISREG(st.st_mode)) {
+        RETURN_IF_ERROR(add_file(dir_fd, name, path, os_path, st));
+      } else {
+        const char* kind = S_ISSOCK(st.st_mode)   ? "socket"
+                           : S_ISFIFO(st.st_mode) ? "FIFO"
+                           : S_ISCHR(st.st_mode)  ? "character device"
+                           : S_ISBLK(st.st_mode)  ? "block device"
+                                                  : "special file";
+        note(os_path + ": " + kind + ", skipped");
+      }
+    }
+    return ok_status();
+  }
+
+  bool unchanged(const Entry* old, const struct stat& st) const {
+    return old != nullptr && old->kind == EntryKind::kFile && old->size == uint64_t(st.st_size) &&
+           old->mtime_ns == to_ns(st.st_mtim) && old->ctime_ns == to_ns(st.st_ctim) &&
+           old->inode == uint64_t(st.st_ino) &&
+           old->mtime_ns < previous_->scan_started_ns - options_.racy_window_ns;
+  }
+
+  Status add_file(int dir_fd, const std::string& name, const std::string& path,
+                  const std::string& os_path, const struct stat& st) {
+    const Entry* old = previous_ != nullptr ? previous_->find(path) : nullptr;
+    if (unchanged(old, st)) {
+      Entry& e = add_entry(path, EntryKind::kFile, st);
+      e.size = old->size;
+      e.chunks = old->chunks;
+      ++result_.stats.files_reused;
+      return ok_status();
+    }
+    int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
+    if (fd < 0 && errno == EPERM) {
+      // O_NOATIME needs ownership or CAP_FOWNER; read without it.
+      fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      note(os_path + ": " + strerror(errno) + ", skipped");
+      return ok_status();
+    }
+    Fd file(fd);
+    for (int attempt = 1;; ++attempt) {
+      struct stat before;
+      if (::fstat(fd, &before) != 0 || !S_ISREG(before.st_mode)) {
+        note(os_path + ": changed type while saving, skipped");
+        return ok_status();
+      }
+      if (::lseek(fd, 0, SEEK_SET) != 0) return internal_error("lseek " + os_path);
+      std::vector<ChunkRef> chunks;
+      uint64_t size = 0;
+      ChunkReader reader(fd, options_.chunker);
+      while (true) {
+        auto chunk = reader.next();
+        if (!chunk.ok()) {
+          note(os_path + ": " + std::string(chunk.status().message()) + ", skipped");
+          return ok_status();
+        }
+        if (chunk->empty()) break;
+        ChunkId id = keys_.chunk_id(*chunk);
+        RETURN_IF_ERROR(sink_.add(id, *chunk));
+        chunks.push_back(ChunkRef{id, uint32_t(chunk->size())});
+        size += chunk->size();
+      }
+      result_.stats.bytes_read += size;
+      struct stat after;
+      if (::fstat(fd, &after) != 0) return internal_error("fstat " + os_path);
+      bool stable =
+          after.st_size == before.st_size && to_ns(after.st_mtim) == to_ns(before.st_mtim) &&
+          to_ns(after.st_ctim) == to_ns(before.st_ctim) && size == uint64_t(after.st_size);
+      if (!stable && attempt < kReadAttempts) continue;
+      if (!stable) {
+        // Still being written: keep what was read (a later save catches up, since the stat
+        // recorded below is the one after the read) and say so.
+        if (result_.notes.size() < kMaxNotes) {
+          result_.notes.push_back(os_path + ": changed while being read; saved as read");
+        }
+      }
+      Entry& e = add_entry(path, EntryKind::kFile, after);
+      e.size = size;
+      e.chunks = std::move(chunks);
+      if (!stable) e.ctime_ns = 0;  // never matches a real ctime: the next scan reads it again
+      ++result_.stats.files_read;
+      return ok_status();
+    }
+  }
+
+  const ScanOptions& options_;
+  const Manifest* previous_;
+  const StateKeys& keys_;
+  ChunkSink& sink_;
+  ScanResult result_;
+  std::unordered_map<uint32_t, std::string> users_;
+  std::unordered_map<uint32_t, std::string> groups_;
+};
+
+}  // namespace
+
+Result<ScanResult> scan_tree(const ScanOptions& options, const Manifest* previous,
+                             const StateKeys& keys, ChunkSink& sink) {
+  RETURN_IF_ERROR(validate_chunker_params(options.chunker));
+  for (size_t i = 0; i < options.roots.size(); ++i) {
+    const ScanRoot& r = options.roots[i];
+    if (Status s = validate_path(r.name); !s.ok()) return s.with_prefix("root " + r.dir);
+    if (r.dir.empty()) return invalid_argument("root " + r.name + ": empty directory");
+    for (size_t j = 0; j < i; ++j) {
+      if (path_within(r.name, options.roots[j].name) ||
+          path_within(options.roots[j].name, r.name)) {
+        return invalid_argument("roots " + options.roots[j].name + " and " + r.name + " overlap");
+      }
+    }
+  }
+  return Scanner(options, previous, keys, sink).run();
+}
+
+}  // namespace cb::state

@@ -1,0 +1,445 @@
+#include "base/clock.h"
+#include "crypto/random.h"
+#include "state/chunk.h"
+#include "state/fs_store.h"
+#include "state/restore.h"
+#include "state/save.h"
+#include "support/temp_dir.h"
+#include "unit/state/state_test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace cb::state {
+namespace {
+
+using test_util::FaultyStore;
+using test_util::kOldMtimeNs;
+using test_util::picture;
+using test_util::write_file;
+
+constexpr ChunkerParams kSmallChunks{256, 1024, 4096};
+
+class FixedClock final : public Clock {
+ public:
+  std::chrono::system_clock::time_point now() const override { return now_; }
+  std::chrono::steady_clock::time_point steady_now() const override {
+    return std::chrono::steady_clock::time_point();
+  }
+  void advance(std::chrono::milliseconds d) { now_ += d; }
+
+ private:
+  std::chrono::system_clock::time_point now_{std::chrono::milliseconds(1'764'489'600'000)};
+};
+
+crypto::SymmetricKey key_from(uint64_t seed) {
+  crypto::SeededRandom random(seed);
+  return crypto::SymmetricKey::generate(random);
+}
+
+std::string noise(size_t n, uint64_t seed) {
+  crypto::SeededRandom random(seed);
+  std::string s(n, '\0');
+  random.fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(s.data()), n));
+  return s;
+}
+
+// One user's world: a store, a state key, a box's home directory to save.
+struct World {
+  test::TempDir dir;
+  std::unique_ptr<FsStore> store = std::move(FsStore::open(dir.path() / "store")).value();
+  StateKeys keys{key_from(1)};
+  crypto::SeededRandom random{2};
+  FixedClock clock;
+  BoxLocation box{"u1", "box1"};
+
+  std::filesystem::path home() const { return dir.path() / "home"; }
+
+  SaveOptions options(const std::filesystem::path& root) const {
+    SaveOptions o;
+    o.scan.roots = {{root.string(), "home/user"}};
+    o.scan.chunker = kSmallChunks;
+    return o;
+  }
+
+  Result<SaveResult> save(Store& s, const BoxLocation& where, const std::filesystem::path& root) {
+    clock.advance(std::chrono::milliseconds(1000));
+    return save_snapshot(s, keys, where, options(root), clock, random);
+  }
+  Result<SaveResult> save() { return save(*store, box, home()); }
+
+  // Restores snapshot |id| of |where| (its home root) into a fresh target; returns the path.
+  Result<std::filesystem::path> restore(Store& s, const BoxLocation& where, const std::string& id,
+                                        const std::string& name) {
+    ASSIGN_OR_RETURN(Manifest m, load_manifest(s, keys, where, id));
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (dir.path() / name).string();
+    ASSIGN_OR_RETURN(RestoreResult r, restore_snapshot(s, keys, where.user, m, o, random));
+    (void)r;
+    return std::filesystem::path(o.target);
+  }
+
+  void make_tree() {
+    write_file(home() / "notes.txt", "remember the milk\n", kOldMtimeNs + 1, 0640);
+    write_file(home() / "work/big.bin", noise(50000, 7), kOldMtimeNs + 2, 0600);
+    write_file(home() / "work/copy.bin", noise(50000, 7), kOldMtimeNs + 3, 0644);  // a duplicate
+    write_file(home() / "work/empty", "", kOldMtimeNs + 4, 0444);
+    write_file(home() / "work/script.sh", "#!/bin/sh\necho hi\n", kOldMtimeNs + 5, 04755);
+    std::filesystem::create_directories(home() / "work/deep/er/still");
+    std::filesystem::create_symlink("../notes.txt", home() / "work/link");
+    std::filesystem::create_symlink("/etc/passwd", home() / "work/abs-link");
+    test_util::set_mtime(home() / "work/link", kOldMtimeNs + 6);
+    REQUIRE(::chmod((home() / "work/deep").c_str(), 0700) == 0);
+    if (::geteuid() == 0) {
+      REQUIRE(::chown((home() / "notes.txt").c_str(), 1234, 5678) == 0);
+      REQUIRE(::lchown((home() / "work/link").c_str(), 1234, 5678) == 0);
+    }
+    for (const char* d : {"work/deep/er/still", "work/deep/er", "work/deep", "work", ""}) {
+      test_util::set_mtime(home() / d, kOldMtimeNs + 100);
+    }
+  }
+};
+
+TEST_CASE("save and restore: a restored tree equals the saved one", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  CHECK(saved->record.stats.files == 5);
+  CHECK(saved->record.stats.symlinks == 2);
+  CHECK(saved->record.stats.dirs == 5);
+  CHECK(saved->record.stats.changed_files == 5);
+  CHECK(saved->record.stats.logical_bytes == 18 + 50000 + 50000 + 0 + 18);
+  // The duplicate file's chunks were stored once.
+  CHECK(saved->record.stats.added_bytes == 18 + 50000 + 18);
+  CHECK(saved->record.parent.empty());
+
+  auto target = w.restore(*w.store, w.box, saved->record.snapshot_id, "restored");
+  REQUIRE(target.ok());
+  auto expected = picture(w.home());
+  auto got = picture(*target);
+  CHECK(got == expected);
+  if (::geteuid() == 0) CHECK(got["notes.txt"].uid == 1234);
+  CHECK(got["work/script.sh"].mode == 04755);
+  // No temporary folder is left next to the target.
+  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
+    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+  }
+}
+
+TEST_CASE("save: the record, timeline and head describe each save", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto first = w.save();
+  REQUIRE(first.ok());
+  write_file(w.home() / "notes.txt", "remember the milk and eggs\n", kOldMtimeNs + 50);
+  auto second = w.save();
+  REQUIRE(second.ok());
+  CHECK(second->record.parent == first->record.snapshot_id);
+  CHECK(second->record.stats.changed_files == 1);
+  CHECK(second->record.stats.added_chunks == 1);
+  CHECK(second->record.stats.added_bytes == 27);
+
+  auto head = load_head(*w.store, w.keys, w.box);
+  REQUIRE(head.ok());
+  REQUIRE(head->has_value());
+  CHECK((*head)->snapshot_id == second->record.snapshot_id);
+  auto timeline = load_timeline(*w.store, w.keys, w.box);
+  REQUIRE(timeline.ok());
+  REQUIRE(timeline->entries.size() == 2);
+  CHECK(timeline->entries[0].snapshot_id == first->record.snapshot_id);
+  CHECK(timeline->entries[1].stats == second->record.stats);
+  CHECK(timeline->entries[1].saved_at_ms == second->record.saved_at_ms);
+  auto record = load_record(*w.store, w.keys, w.box, second->record.snapshot_id);
+  REQUIRE(record.ok());
+  CHECK(*record == second->record);
+  // Both snapshots restore to what they saved.
+  auto old_target = w.restore(*w.store, w.box, first->record.snapshot_id, "old");
+  REQUIRE(old_target.ok());
+  CHECK(test_util::read_file(*old_target / "notes.txt") == "remember the milk\n");
+  auto new_target = w.restore(*w.store, w.box, second->record.snapshot_id, "new");
+  REQUIRE(new_target.ok());
+  CHECK(test_util::read_file(*new_target / "notes.txt") == "remember the milk and eggs\n");
+}
+
+TEST_CASE("save: a save without changes reads no file and stores no chunk", "[state][unit]") {
+  World w;
+  w.make_tree();
+  REQUIRE(w.save().ok());
+  FaultyStore counting(*w.store);
+  auto again = w.save(counting, w.box, w.home());
+  REQUIRE(again.ok());
+  CHECK(again->record.stats.changed_files == 0);
+  CHECK(again->record.stats.added_chunks == 0);
+  CHECK(counting.stats() == 0);  // not even asked the store
+  // Only the metadata objects were written, in the commit order.
+  std::vector<std::string> expected = {manifest_key(w.box, again->record.snapshot_id),
+                                       record_key(w.box, again->record.snapshot_id),
+                                       timeline_key(w.box), head_key(w.box)};
+  CHECK(counting.put_keys() == expected);
+}
+
+TEST_CASE("save: a second box of the same user uploads no chunk for files the first saved",
+          "[state][unit]") {
+  World w;
+  w.make_tree();
+  REQUIRE(w.save().ok());
+  // The second box holds a copy of one of the first box's files.
+  const auto other_home = w.dir.path() / "other-home";
+  write_file(other_home / "copied.bin", noise(50000, 7));
+  BoxLocation second{"u1", "box2"};
+  FaultyStore counting(*w.store);
+  auto saved = w.save(counting, second, other_home);
+  REQUIRE(saved.ok());
+  CHECK(saved->record.stats.changed_files == 1);
+  CHECK(saved->record.stats.added_chunks == 0);
+  CHECK(saved->record.stats.added_bytes == 0);
+  for (const auto& key : counting.put_keys()) CHECK(key.find("/chunks/") == std::string::npos);
+  // And it restores from the shared chunks.
+  auto target = w.restore(*w.store, second, saved->record.snapshot_id, "restored2");
+  REQUIRE(target.ok());
+  CHECK(test_util::read_file(*target / "copied.bin") == noise(50000, 7));
+}
+
+TEST_CASE("save: another user's key gives other chunk ids for the same content", "[state][unit]") {
+  World w;
+  write_file(w.home() / "same.txt", "identical content");
+  auto mine = w.save();
+  REQUIRE(mine.ok());
+  StateKeys theirs(key_from(99));
+  crypto::SeededRandom random(3);
+  BoxLocation their_box{"u2", "box9"};
+  auto other = save_snapshot(*w.store, theirs, their_box, w.options(w.home()), w.clock, random);
+  REQUIRE(other.ok());
+  CHECK(other->record.stats.added_chunks == 1);  // nothing shared across users
+  auto my_chunks = referenced_chunks(mine->manifest);
+  auto their_chunks = referenced_chunks(other->manifest);
+  REQUIRE(my_chunks.size() == 1);
+  REQUIRE(their_chunks.size() == 1);
+  CHECK(my_chunks[0] != their_chunks[0]);
+  // Their key cannot open my snapshot's manifest or chunks.
+  CHECK(load_manifest(*w.store, theirs, w.box, mine->record.snapshot_id).status().code() ==
+        Code::kDataLoss);
+  auto sealed = w.store->get(chunk_key("u1", my_chunks[0]));
+  REQUIRE(sealed.ok());
+  CHECK(open_chunk(theirs, my_chunks[0], *sealed).status().code() == Code::kDataLoss);
+}
+
+TEST_CASE("restore: a tampered or missing chunk is kDataLoss naming the file", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  const Entry* big = saved->manifest.find("home/user/work/big.bin");
+  REQUIRE(big != nullptr);
+  REQUIRE(big->chunks.size() > 2);
+  const ChunkId victim = big->chunks[1].id;
+  const std::string key = chunk_key("u1", victim);
+
+  SECTION("a flipped byte") {
+    std::string sealed = *w.store->get(key);
+    sealed[sealed.size() / 2] ^= 0x40;
+    REQUIRE(w.store->put(key, sealed).ok());
+  }
+  SECTION("another chunk's object in its place") {
+    REQUIRE(w.store->put(key, *w.store->get(chunk_key("u1", big->chunks[0].id))).ok());
+  }
+  SECTION("deleted") {
+    std::vector<std::string> keys = {key};
+    REQUIRE(w.store->delete_batch(keys).ok());
+  }
+  auto target = w.restore(*w.store, w.box, saved->record.snapshot_id, "restored");
+  REQUIRE(!target.ok());
+  CHECK(target.status().code() == Code::kDataLoss);
+  const std::string message(target.status().message());
+  CHECK(message.find("home/user/work/big.bin") != std::string::npos);
+  CHECK(message.find(victim.hex()) != std::string::npos);
+  // Nothing was left behind: no target, no temporary folder.
+  CHECK(!std::filesystem::exists(w.dir.path() / "restored"));
+  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
+    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+  }
+}
+
+TEST_CASE("restore: a scope of paths keeps the box path under the target", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  RestoreOptions o;
+  o.paths = {"home/user/work/big.bin", "home/user/work/deep"};
+  o.target = (w.dir.path() / "Restored-2026").string();
+  auto r = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+  REQUIRE(r.ok());
+  CHECK(r->files == 1);
+  auto got = picture(o.target);
+  std::vector<std::string> paths;
+  for (const auto& [p, n] : got) paths.push_back(p);
+  CHECK(paths == std::vector<std::string>{"", "home", "home/user", "home/user/work",
+                                          "home/user/work/big.bin", "home/user/work/deep",
+                                          "home/user/work/deep/er",
+                                          "home/user/work/deep/er/still"});
+  CHECK(got["home/user/work/big.bin"].data == noise(50000, 7));
+  // Ancestors that are entries keep their saved mode and mtime.
+  CHECK(got["home/user/work"].mtime_ns == kOldMtimeNs + 100);
+  CHECK(got["home/user/work/deep"].mode == 0700);
+}
+
+TEST_CASE("restore: bad scopes and targets are refused and nothing is written", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  auto attempt = [&](RestoreOptions o) {
+    return restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random).status().code();
+  };
+  RestoreOptions base;
+  base.target = (w.dir.path() / "t").string();
+  RestoreOptions o = base;
+  o.paths = {"home/user/../../etc"};
+  CHECK(attempt(o) == Code::kInvalidArgument);
+  o.paths = {"/etc/passwd"};
+  CHECK(attempt(o) == Code::kInvalidArgument);
+  o.paths = {"etc/passwd"};
+  CHECK(attempt(o) == Code::kNotFound);
+  o = base;
+  o.target = "relative/target";
+  CHECK(attempt(o) == Code::kInvalidArgument);
+  o.target = (w.dir.path() / "no-such-parent/t").string();
+  CHECK(attempt(o) == Code::kInvalidArgument);
+  o = base;
+  o.strip = "home/user/notes.txt";
+  CHECK(attempt(o) == Code::kInvalidArgument);
+  std::filesystem::create_directory(base.target);
+  CHECK(attempt(base) == Code::kAlreadyExists);
+  CHECK(std::filesystem::is_empty(base.target));
+}
+
+TEST_CASE("restore: an entry below a symlink never reaches the file system", "[state][unit]") {
+  World w;
+  const auto outside = w.dir.path() / "outside";
+  std::filesystem::create_directory(outside);
+  Manifest m;
+  Entry root;
+  root.path = "home/user";
+  root.kind = EntryKind::kDir;
+  root.mode = 0755;
+  Entry link = root;
+  link.path = "home/user/escape";
+  link.kind = EntryKind::kSymlink;
+  link.target = outside.string();
+  Entry file = root;
+  file.path = "home/user/escape/planted";
+  file.kind = EntryKind::kFile;
+  file.mode = 0644;
+  m.entries = {root, link, file};
+  RestoreOptions o;
+  o.target = (w.dir.path() / "t").string();
+  auto r = restore_snapshot(*w.store, w.keys, "u1", m, o, w.random);
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(std::filesystem::is_empty(outside));
+  CHECK(!std::filesystem::exists(o.target));
+}
+
+TEST_CASE("restore: replace swaps a whole root in and removes the old tree", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  auto expected = picture(w.home());
+  write_file(w.home() / "notes.txt", "scribbled over");
+  write_file(w.home() / "junk", "junk");
+  RestoreOptions o;
+  o.strip = "home/user";
+  o.target = w.home().string();
+  o.replace = true;
+  auto r = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+  REQUIRE(r.ok());
+  CHECK(picture(w.home()) == expected);
+  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
+    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+  }
+}
+
+// Crash safety of the commit order (README.md §Commit): a second save fails at each of its
+// puts in turn, either before the object is written or after (a crash between the write and
+// the caller learning of it). Every time, every snapshot the timeline names restores to what
+// it saved, the head names one of them, and a later save succeeds.
+TEST_CASE("save: a failure at any put leaves every committed snapshot restorable",
+          "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto first = w.save();
+  REQUIRE(first.ok());
+  const auto first_picture = picture(w.home());
+  write_file(w.home() / "notes.txt", "second version of the notes\n", kOldMtimeNs + 60);
+  write_file(w.home() / "work/new.bin", noise(9000, 11), kOldMtimeNs + 61);
+  for (const char* d : {"work", ""}) test_util::set_mtime(w.home() / d, kOldMtimeNs + 100);
+  const auto second_picture = picture(w.home());
+
+  // Count the second save's puts on a scratch copy of the store.
+  int total = 0;
+  {
+    test::TempDir scratch;
+    std::filesystem::copy(w.dir.path() / "store", scratch.path() / "store",
+                          std::filesystem::copy_options::recursive);
+    auto copy = std::move(FsStore::open(scratch.path() / "store")).value();
+    FaultyStore counting(*copy);
+    REQUIRE(w.save(counting, w.box, w.home()).ok());
+    total = counting.puts();
+  }
+  REQUIRE(total >= 6);  // at least 2 chunks, manifest, record, timeline, head
+
+  int restored = 0;
+  for (auto mode : {FaultyStore::Mode::kBefore, FaultyStore::Mode::kAfter}) {
+    for (int n = 1; n <= total; ++n) {
+      INFO("put " << n << (mode == FaultyStore::Mode::kBefore ? " fails before" : " fails after"));
+      test::TempDir scratch;
+      std::filesystem::copy(w.dir.path() / "store", scratch.path() / "store",
+                            std::filesystem::copy_options::recursive);
+      auto copy = std::move(FsStore::open(scratch.path() / "store")).value();
+      FaultyStore faulty(*copy);
+      faulty.fail_put(n, mode);
+      auto failed = w.save(faulty, w.box, w.home());
+      CHECK(failed.status().code() == Code::kUnavailable);
+
+      auto head = load_head(*copy, w.keys, w.box);
+      REQUIRE(head.ok());
+      REQUIRE(head->has_value());
+      auto timeline = load_timeline(*copy, w.keys, w.box);
+      REQUIRE(timeline.ok());
+      REQUIRE(timeline->find((*head)->snapshot_id) != nullptr);
+      for (const TimelineEntry& t : timeline->entries) {
+        auto target = w.restore(*copy, w.box, t.snapshot_id, "r-" + std::to_string(restored++));
+        REQUIRE(target.ok());
+        auto got = picture(*target);
+        got.erase("");  // the target directory's own mtime is the restore's
+        auto want = t.snapshot_id == first->record.snapshot_id ? first_picture : second_picture;
+        want.erase("");
+        CHECK(got == want);
+      }
+      // The head moved only if the head's own put reached the store.
+      const bool committed = n == total && mode == FaultyStore::Mode::kAfter;
+      CHECK(((*head)->snapshot_id != first->record.snapshot_id) == committed);
+      // The next save works and commits.
+      auto retry = w.save(*copy, w.box, w.home());
+      REQUIRE(retry.ok());
+      auto target =
+          w.restore(*copy, w.box, retry->record.snapshot_id, "r-" + std::to_string(restored++));
+      REQUIRE(target.ok());
+      auto got = picture(*target);
+      got.erase("");
+      auto want = second_picture;
+      want.erase("");
+      CHECK(got == want);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cb::state

@@ -1,0 +1,144 @@
+#include "state/fs_store.h"
+#include "support/temp_dir.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace cb::state {
+namespace {
+
+std::unique_ptr<FsStore> open_store(const test::TempDir& dir) {
+  auto store = FsStore::open(dir.path() / "store");
+  REQUIRE(store.ok());
+  return std::move(store).value();
+}
+
+std::vector<std::string> keys_of(const std::vector<ObjectInfo>& objects) {
+  std::vector<std::string> keys;
+  for (const auto& o : objects) keys.push_back(o.key);
+  return keys;
+}
+
+TEST_CASE("validate_key: accepts the layout's keys and refuses the rest", "[state][unit]") {
+  CHECK(validate_key("u1/chunks/ab/abcdef").ok());
+  CHECK(validate_key("u1/boxes/b-2/snapshots/20261130T080512.123Z-1a2b3c4d.record").ok());
+  for (const char* bad : {"", "/abs", "a//b", "a/", "a/../b", "a/./b", ".hidden", "a/.tmp-1",
+                          "sp ace", "a\\b", "caf\xc3\xa9"}) {
+    INFO(bad);
+    CHECK(validate_key(bad).code() == Code::kInvalidArgument);
+  }
+  CHECK(validate_key(std::string(1025, 'a')).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("FsStore: put, get, stat and overwrite", "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  REQUIRE(store->put("u/chunks/ab/abc", "hello").ok());
+  auto got = store->get("u/chunks/ab/abc");
+  REQUIRE(got.ok());
+  CHECK(*got == "hello");
+  CHECK(*store->stat("u/chunks/ab/abc") == 5);
+  REQUIRE(store->put("u/chunks/ab/abc", std::string(10000, 'x')).ok());
+  CHECK(*store->stat("u/chunks/ab/abc") == 10000);
+  CHECK(store->get("u/none").status().code() == Code::kNotFound);
+  CHECK(store->stat("u/none").status().code() == Code::kNotFound);
+  CHECK(store->stat("u/chunks").status().code() == Code::kNotFound);  // a directory
+  CHECK(store->put("../escape", "x").code() == Code::kInvalidArgument);
+  CHECK(store->get("/etc/passwd").status().code() == Code::kInvalidArgument);
+  // Objects are private files under the root.
+  struct stat st;
+  REQUIRE(::stat((dir.path() / "store/u/chunks/ab/abc").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // The temporaries of the two puts were renamed away.
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "store/u/chunks/ab")) {
+    names.push_back(e.path().filename().string());
+  }
+  CHECK(names == std::vector<std::string>{"abc"});
+}
+
+TEST_CASE("FsStore: list pages in key order with sizes, within the prefix", "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  // '-' (0x2d) sorts before '/' (0x2f): "a-b" comes before "a/..." although the directory
+  // "a" sorts before the file "a-b" by name.
+  std::vector<std::string> keys = {"a/x", "a/y/z", "a-b", "a0", "b/c/d/e", "ab"};
+  for (const auto& k : keys) REQUIRE(store->put(k, k).ok());
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+
+  auto all = list_all(*store, "");
+  REQUIRE(all.ok());
+  CHECK(keys_of(*all) == sorted);
+  for (const auto& o : *all) CHECK(o.size == o.key.size());
+
+  SECTION("pages of one") {
+    std::vector<std::string> paged;
+    std::string after;
+    while (true) {
+      auto page = store->list("", after, 1);
+      REQUIRE(page.ok());
+      if (page->objects.empty()) break;
+      REQUIRE(page->objects.size() == 1);
+      paged.push_back(page->objects[0].key);
+      after = paged.back();
+      if (!page->truncated) break;
+    }
+    CHECK(paged == sorted);
+  }
+  SECTION("a prefix ending inside a segment") {
+    CHECK(keys_of(*list_all(*store, "a")) ==
+          std::vector<std::string>{"a-b", "a/x", "a/y/z", "a0", "ab"});
+    CHECK(keys_of(*list_all(*store, "a/")) == std::vector<std::string>{"a/x", "a/y/z"});
+    CHECK(keys_of(*list_all(*store, "b/c/")) == std::vector<std::string>{"b/c/d/e"});
+    CHECK(list_all(*store, "zzz")->empty());
+  }
+  SECTION("start_after skips whole subtrees and stays exclusive") {
+    auto page = store->list("", "a/x", 10);
+    REQUIRE(page.ok());
+    CHECK(keys_of(page->objects) == std::vector<std::string>{"a/y/z", "a0", "ab", "b/c/d/e"});
+    CHECK(!page->truncated);
+  }
+  SECTION("bad limits are refused") {
+    CHECK(store->list("", "", 0).status().code() == Code::kInvalidArgument);
+    CHECK(store->list("", "", kDefaultListLimit + 1).status().code() == Code::kInvalidArgument);
+  }
+}
+
+TEST_CASE("FsStore: delete_batch removes objects, ignores missing ones, caps the batch",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  REQUIRE(store->put("u/a", "1").ok());
+  REQUIRE(store->put("u/b", "2").ok());
+  std::vector<std::string> batch = {"u/a", "u/missing"};
+  REQUIRE(store->delete_batch(batch).ok());
+  CHECK(store->stat("u/a").status().code() == Code::kNotFound);
+  CHECK(store->stat("u/b").ok());
+  std::vector<std::string> too_many(kMaxDeleteBatch + 1, "u/b");
+  CHECK(store->delete_batch(too_many).code() == Code::kInvalidArgument);
+  CHECK(store->stat("u/b").ok());
+  REQUIRE(delete_all(*store, too_many).ok());  // delete_all splits into batches
+  CHECK(store->stat("u/b").status().code() == Code::kNotFound);
+}
+
+TEST_CASE("FsStore: temporaries of interrupted puts are invisible and removable", "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  REQUIRE(store->put("u/chunks/ab/abc", "data").ok());
+  { std::ofstream(dir.path() / "store/u/chunks/ab/.tmp-999-1") << "partial"; }
+  CHECK(keys_of(*list_all(*store, "")) == std::vector<std::string>{"u/chunks/ab/abc"});
+  auto removed = store->remove_temporaries();
+  REQUIRE(removed.ok());
+  CHECK(*removed == 1);
+  CHECK(!std::filesystem::exists(dir.path() / "store/u/chunks/ab/.tmp-999-1"));
+  CHECK(*store->get("u/chunks/ab/abc") == "data");
+}
+
+}  // namespace
+}  // namespace cb::state
