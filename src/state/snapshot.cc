@@ -190,8 +190,9 @@ Result<Record> commit_snapshot(Store& store, const StateKeys& keys, const BoxLoc
 
   const std::string sealed_manifest =
       seal_manifest(keys, manifest, manifest_additional_data(location, record.snapshot_id), random);
+  record.manifest = manifest_key(location, record.snapshot_id);
   record.manifest_bytes = sealed_manifest.size();
-  RETURN_IF_ERROR(store.put(manifest_key(location, record.snapshot_id), sealed_manifest));
+  RETURN_IF_ERROR(store.put(record.manifest, sealed_manifest));
 
   Json rec{{"v", kMetadataVersion},
            {"id", record.snapshot_id},
@@ -199,6 +200,7 @@ Result<Record> commit_snapshot(Store& store, const StateKeys& keys, const BoxLoc
            {"saved_at_ms", record.saved_at_ms},
            {"parent", record.parent},
            {"quiesced", record.quiesced},
+           {"manifest", record.manifest},
            {"manifest_bytes", record.manifest_bytes},
            {"stats", stats_json(record.stats)}};
   RETURN_IF_ERROR(put_sealed_json(store, keys, record_key(location, record.snapshot_id), rec,
@@ -252,6 +254,7 @@ Result<Record> load_record(Store& store, const StateKeys& keys, const BoxLocatio
                                         rec.saved_at_ms = j.at("saved_at_ms").get<int64_t>();
                                         rec.parent = j.value("parent", "");
                                         rec.quiesced = j.value("quiesced", false);
+                                        rec.manifest = j.value("manifest", "");
                                         rec.manifest_bytes = j.value("manifest_bytes", uint64_t{0});
                                         rec.stats = stats_from(j.value("stats", Json::object()));
                                         return rec;

@@ -82,6 +82,7 @@ struct Record {
   int64_t saved_at_ms = 0;
   std::string parent;  // the snapshot the save started from ("" for the first)
   bool quiesced = false;
+  std::string manifest;         // the key of its manifest object (manifest_key())
   uint64_t manifest_bytes = 0;  // size of the sealed manifest object
   SnapshotStats stats;
 
@@ -115,9 +116,9 @@ struct Head {
 };
 
 // Commits the snapshot |record| describes (steps 2-5 above) and returns the record as
-// written (manifest_bytes filled in). The record's snapshot_id, box and saved_at_ms must be
-// set; box must equal location.box.
-// Errors: kInvalidArgument for a bad location, id or box; kDataLoss if the current timeline
+// written (manifest and manifest_bytes filled in). The record's snapshot_id, box and saved_at_ms
+// must be set; box must equal location.box. Errors: kInvalidArgument for a bad location, id or box;
+// kDataLoss if the current timeline
 //   does not open; store errors. On error the head is unchanged unless the error came from
 //   the head's own put (then it is either unchanged or committed, as the store's put is
 //   atomic).

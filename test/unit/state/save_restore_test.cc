@@ -118,6 +118,8 @@ TEST_CASE("save and restore: a restored tree equals the saved one", "[state][uni
   // The duplicate file's chunks were stored once.
   CHECK(saved->record.stats.added_bytes == 18 + 50000 + 18);
   CHECK(saved->record.parent.empty());
+  CHECK(saved->record.manifest == manifest_key(w.box, saved->record.snapshot_id));
+  CHECK(saved->record.manifest_bytes == *w.store->stat(saved->record.manifest));
 
   auto target = w.restore(*w.store, w.box, saved->record.snapshot_id, "restored");
   REQUIRE(target.ok());
