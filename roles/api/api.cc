@@ -322,6 +322,7 @@ int run(std::span<char* const> args) {
   }
   if (admin.command != AdminCommand::kNone) {
     admin.data_dir = cfg.data_dir.empty() ? default_data_dir() : fs::path(cfg.data_dir);
+    admin.load_master_key = [](const fs::path& dir) { return load_or_create_master_key(dir); };
     return run_admin_command(admin);
   }
   try {

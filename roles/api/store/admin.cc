@@ -1,12 +1,19 @@
 #include "roles/api/store/admin.h"
 
+#include "crypto/bytes.h"
+#include "model/client.h"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <ostream>
+#include <sstream>
 #include <string_view>
 
 namespace cb::api {
@@ -31,6 +38,10 @@ std::string_view command_name(AdminCommand c) {
       return "token revoke";
     case AdminCommand::kTokenList:
       return "token list";
+    case AdminCommand::kUserSetGateway:
+      return "user set-gateway";
+    case AdminCommand::kUsage:
+      return "usage";
   }
   return "api";
 }
@@ -152,6 +163,111 @@ int token_list(SyncStore& store, const AdminOptions& o, std::ostream& out, std::
   return 0;
 }
 
+// The gateway key in |path| ("-": |in|), with one trailing line end dropped (an editor's or
+// echo's). The message of an error never holds the key.
+Result<std::string> read_gateway_key(const std::string& path, std::istream& in) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << in.rdbuf();
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return invalid_argument(fmt::format("--key-file {}: {}", path, std::strerror(errno)));
+    ss << f.rdbuf();
+  }
+  std::string key = ss.str();
+  if (!key.empty() && key.back() == '\n') key.pop_back();
+  if (!key.empty() && key.back() == '\r') key.pop_back();
+  if (key.empty()) return invalid_argument(fmt::format("--key-file {}: no key in it", path));
+  return key;
+}
+
+int user_set_gateway(SyncStore& store, const AdminOptions& o, std::ostream& out,
+                     std::ostream& err) {
+  if (o.gateway_clear) {
+    if (!o.gateway_url.empty() || !o.gateway_key_file.empty())
+      return fail(err, o.command, invalid_argument("--clear takes no --url or --key-file"));
+    Status s = store.clear_user_gateway(o.name);
+    if (!s.ok()) return fail(err, o.command, s);
+    if (o.json) {
+      out << json{{"name", o.name}, {"gateway_url", nullptr}}.dump() << "\n";
+    } else {
+      out << fmt::format(
+          "user {}: gateway cleared; its boxes use the api's default gateway (--gateway-url), "
+          "if it has one\n",
+          o.name);
+    }
+    return 0;
+  }
+  if (o.gateway_url.empty() || o.gateway_key_file.empty())
+    return fail(err, o.command,
+                invalid_argument("give --url and --key-file (a file, or - for stdin), or --clear"));
+  auto endpoint = model::parse_endpoint(o.gateway_url);
+  if (!endpoint.ok()) return fail(err, o.command, endpoint.status());
+  if (!o.load_master_key) return fail(err, o.command, internal_error("no master key loader"));
+  auto master = o.load_master_key(o.data_dir);
+  if (!master.ok()) return fail(err, o.command, master.status());
+  auto key = read_gateway_key(o.gateway_key_file, o.key_in != nullptr ? *o.key_in : std::cin);
+  if (!key.ok()) return fail(err, o.command, key.status());
+  Status s = store.set_user_gateway(o.name, o.gateway_url, *key, master->bytes());
+  crypto::wipe(*key);
+  if (!s.ok()) return fail(err, o.command, s);
+  if (o.json) {
+    out << json{{"name", o.name}, {"gateway_url", o.gateway_url}}.dump() << "\n";
+  } else {
+    out << fmt::format(
+        "user {}: model gateway {}; the key is sealed in api.db (boxes use it through the model "
+        "door, from their next call)\n",
+        o.name, o.gateway_url);
+  }
+  return 0;
+}
+
+json usage_json(const ModelUsage& u) {
+  return json{{"day", u.day},
+              {"user_id", u.user_id},
+              {"user", u.user_name},
+              {"box_id", u.box_id},
+              {"box", u.box_name},
+              {"wire", u.wire},
+              {"model", u.model},
+              {"requests", u.requests},
+              {"failed", u.failed},
+              {"input_tokens", u.input_tokens},
+              {"output_tokens", u.output_tokens},
+              {"cache_read_tokens", u.cache_read_tokens},
+              {"cache_write_tokens", u.cache_write_tokens},
+              {"last_at_ms", u.last_at_ms}};
+}
+
+int usage(SyncStore& store, const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  auto rows = store.model_usage(o.usage_user, o.usage_since);
+  if (!rows.ok()) return fail(err, o.command, rows.status());
+  if (o.json) {
+    json j = json::array();
+    for (const ModelUsage& u : *rows) j.push_back(usage_json(u));
+    out << j.dump() << "\n";
+    return 0;
+  }
+  constexpr std::string_view kRow =
+      "{:<10} {:<12} {:<12} {:<16} {:<9} {:<28} {:>8} {:>6} {:>12} {:>12}\n";
+  out << fmt::format(kRow, "DAY", "USER", "BOX", "BOX_ID", "WIRE", "MODEL", "REQUESTS", "FAILED",
+                     "INPUT", "OUTPUT");
+  ModelUsage total;
+  for (const ModelUsage& u : *rows) {
+    out << fmt::format(kRow, u.day, u.user_name.empty() ? "-" : u.user_name,
+                       u.box_name.empty() ? "-" : u.box_name, u.box_id, u.wire,
+                       u.model.empty() ? "-" : u.model, u.requests, u.failed, u.input_tokens,
+                       u.output_tokens);
+    total.requests += u.requests;
+    total.failed += u.failed;
+    total.input_tokens += u.input_tokens;
+    total.output_tokens += u.output_tokens;
+  }
+  out << fmt::format(kRow, "total", "", "", "", "", "", total.requests, total.failed,
+                     total.input_tokens, total.output_tokens);
+  return 0;
+}
+
 // Adds a leaf subcommand that records |command| in |opts| when it is parsed.
 CLI::App* leaf(CLI::App& parent, std::string name, std::string description, AdminOptions& opts,
                AdminCommand command) {
@@ -204,11 +320,35 @@ void add_admin_commands(CLI::App& api_app, AdminOptions& opts) {
                          AdminCommand::kTokenList);
   tlist->add_option("name", opts.name, "User name")->required()->type_name("NAME");
   tlist->add_flag("--json", opts.json, "Print JSON");
+
+  CLI::App* gateway =
+      leaf(*user, "set-gateway",
+           "Set the user's model gateway; the key is sealed in api.db and never enters a box", opts,
+           AdminCommand::kUserSetGateway);
+  gateway->add_option("name", opts.name, "User name")->required()->type_name("NAME");
+  gateway->add_option("--url", opts.gateway_url,
+                      "Gateway base URL: http(s)://host[:port][/prefix]; calls go to "
+                      "<prefix>/v1/...");
+  gateway
+      ->add_option("--key-file", opts.gateway_key_file,
+                   "File holding the gateway key, or - to read it from stdin")
+      ->type_name("FILE");
+  gateway->add_flag("--clear", opts.gateway_clear,
+                    "Remove the user's gateway (the api's default applies)");
+  gateway->add_flag("--json", opts.json, "Print JSON");
+
+  CLI::App* use = leaf(api_app, "usage", "Model token usage through the model door", opts,
+                       AdminCommand::kUsage);
+  use->add_option("--user", opts.usage_user, "Only this user's usage")->type_name("NAME");
+  use->add_option("--since", opts.usage_since, "Only from this UTC day on")
+      ->type_name("YYYY-MM-DD");
+  use->add_flag("--json", opts.json, "Print JSON");
 }
 
 int run_admin_command(const AdminOptions& opts, std::ostream& out, std::ostream& err) {
   if (opts.command == AdminCommand::kNone) {
-    err << "cocoonbox api: no admin command (user add|list|rm, token issue|revoke|list)\n";
+    err << "cocoonbox api: no admin command (user add|list|rm|set-gateway, token "
+           "issue|revoke|list, usage)\n";
     return 2;
   }
   auto store = SyncStore::open(opts.data_dir, opts.store);
@@ -229,6 +369,10 @@ int run_admin_command(const AdminOptions& opts, std::ostream& out, std::ostream&
       return token_revoke(*store, opts, out, err);
     case AdminCommand::kTokenList:
       return token_list(*store, opts, out, err);
+    case AdminCommand::kUserSetGateway:
+      return user_set_gateway(*store, opts, out, err);
+    case AdminCommand::kUsage:
+      return usage(*store, opts, out, err);
     case AdminCommand::kNone:
       break;
   }

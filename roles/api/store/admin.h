@@ -8,6 +8,15 @@
 //   cocoonbox api [--data-dir DIR] token issue NAME [--label L]
 //   cocoonbox api [--data-dir DIR] token revoke ID [--json]
 //   cocoonbox api [--data-dir DIR] token list NAME [--json]
+//   cocoonbox api [--data-dir DIR] user set-gateway NAME --url URL --key-file FILE|- [--json]
+//   cocoonbox api [--data-dir DIR] user set-gateway NAME --clear [--json]
+//   cocoonbox api [--data-dir DIR] usage [--user NAME] [--since YYYY-MM-DD] [--json]
+//
+// `user set-gateway` reads the gateway key from FILE, or from stdin with `-` (never from
+// argv, where every user of the host could read it in /proc); one trailing line end is
+// dropped. The key is sealed in api.db under <data-dir>/master.key (README.md §Model gateways)
+// and is printed nowhere. `usage` prints the model door's token counts per day, user, box,
+// wire and model.
 //
 // `token issue` prints the token, once, as the only line on stdout (so `$(...)` captures
 // exactly it); what it did goes to stderr. Every other command prints for humans, or one JSON
@@ -36,9 +45,11 @@
 //
 // Thread-safety: plain functions; AdminOptions is the caller's.
 
+#include "crypto/keys.h"
 #include "roles/api/store/store.h"
 
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -56,6 +67,8 @@ enum class AdminCommand {
   kTokenIssue,
   kTokenRevoke,
   kTokenList,
+  kUserSetGateway,
+  kUsage,
 };
 
 struct AdminOptions {
@@ -69,6 +82,18 @@ struct AdminOptions {
   int max_boxes = kDefaultMaxBoxes;
   int max_running = kDefaultMaxRunning;
   bool json = false;
+  // user set-gateway: --url, --key-file (a path, or "-" for |key_in|), --clear.
+  std::string gateway_url;
+  std::string gateway_key_file;
+  bool gateway_clear = false;
+  // Where `--key-file -` reads from; null means std::cin.
+  std::istream* key_in = nullptr;
+  // Loads (creating when missing) <data-dir>/master.key, for user set-gateway. The api sets it
+  // (roles/api/keys.h load_or_create_master_key); unset, set-gateway fails.
+  std::function<Result<crypto::SymmetricKey>(const std::filesystem::path&)> load_master_key;
+  // usage: --user NAME ("" for all), --since YYYY-MM-DD ("" for all days).
+  std::string usage_user;
+  std::string usage_since;
   // Clock and randomness for the store (tests); the defaults are the real ones.
   StoreOptions store;
 };

@@ -79,9 +79,40 @@ constexpr std::string_view kV2 = R"sql(
 ALTER TABLE operations ADD COLUMN params TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 3: the model door (issue 6, item 3). Each user's model gateway, with the key sealed
+// under the master key (additional data names table, row, column and the URL: README.md
+// §Model gateways), and token usage through the door, counted per user, box, UTC day, wire
+// and model.
+constexpr std::string_view kV3 = R"sql(
+CREATE TABLE user_gateways (
+  user_id       INTEGER PRIMARY KEY REFERENCES users (id),
+  url           TEXT    NOT NULL,
+  key_sealed    BLOB    NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE model_usage (
+  user_id            INTEGER NOT NULL,
+  box_id             TEXT    NOT NULL,
+  day                TEXT    NOT NULL,
+  wire               TEXT    NOT NULL,
+  model              TEXT    NOT NULL,
+  requests           INTEGER NOT NULL DEFAULT 0,
+  failed             INTEGER NOT NULL DEFAULT 0,
+  input_tokens       INTEGER NOT NULL DEFAULT 0,
+  output_tokens      INTEGER NOT NULL DEFAULT 0,
+  cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
+  cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+  last_at_ms         INTEGER NOT NULL,
+  PRIMARY KEY (user_id, box_id, day, wire, model)
+) WITHOUT ROWID;
+CREATE INDEX model_usage_day ON model_usage (day);
+)sql";
+
 constexpr db::Migration kMigrations[] = {
     {1, kV1},
     {2, kV2},
+    {3, kV3},
 };
 
 }  // namespace

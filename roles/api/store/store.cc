@@ -1,6 +1,8 @@
 #include "roles/api/store/store.h"
 
+#include "crypto/bytes.h"
 #include "crypto/hash.h"
+#include "crypto/sealed.h"
 #include "db/migrate.h"
 #include "db/statement.h"
 #include "roles/api/store/schema.h"
@@ -12,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <system_error>
 #include <unistd.h>
@@ -226,6 +229,51 @@ Result<fs::path> prepare_data_dir(const fs::path& data_dir) {
   return path;
 }
 
+// Gateway URLs and keys end up in an HTTP request line and header field: no control
+// characters (CR/LF would inject fields), and sizes a header can carry.
+constexpr size_t kMaxGatewayUrlBytes = 2048;
+constexpr size_t kMaxGatewayKeyBytes = 4096;
+
+Status validate_gateway_url(std::string_view url) {
+  if (url.empty()) return invalid_argument("url: empty");
+  if (url.size() > kMaxGatewayUrlBytes)
+    return invalid_argument(fmt::format("url: at most {} bytes", kMaxGatewayUrlBytes));
+  for (char c : url) {
+    auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f) return invalid_argument("url: spaces or control characters");
+  }
+  return ok_status();
+}
+
+Status validate_gateway_key(std::string_view key) {
+  if (key.empty()) return invalid_argument("key: empty");
+  if (key.size() > kMaxGatewayKeyBytes)
+    return invalid_argument(fmt::format("key: at most {} bytes", kMaxGatewayKeyBytes));
+  for (char c : key) {
+    auto u = static_cast<unsigned char>(c);
+    // Never echo the key: the message names the rule only.
+    if (u <= 0x20 || u == 0x7f) return invalid_argument("key: spaces or control characters");
+  }
+  return ok_status();
+}
+
+// "YYYY-MM-DD" (UTC) of a Unix time in milliseconds.
+std::string utc_day(int64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[16];
+  size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+  return std::string(buf, n);
+}
+
+bool is_day(std::string_view day) {
+  if (day.size() != 10 || day[4] != '-' || day[7] != '-') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9})
+    if (day[i] < '0' || day[i] > '9') return false;
+  return true;
+}
+
 StoreOptions resolve(StoreOptions options) {
   if (options.clock == nullptr) options.clock = &system_clock();
   if (options.random == nullptr) options.random = &crypto::system_random();
@@ -323,6 +371,10 @@ Status validate_box_name(std::string_view name) {
 }
 
 fs::path api_db_path(const fs::path& data_dir) { return data_dir / kApiDbFileName; }
+
+std::string gateway_key_additional_data(int64_t user_id, std::string_view url) {
+  return fmt::format("user_gateways|{}|key_sealed|{}", user_id, url);
+}
 
 // ---- SyncStore ----
 
@@ -857,6 +909,131 @@ Result<std::vector<Operation>> SyncStore::list_unfinished_operations() {
 
 #undef CB_USER_COLUMNS
 #undef CB_TOKEN_COLUMNS
+// -- model gateways and usage --
+
+Status SyncStore::set_user_gateway(std::string_view user_name, std::string_view url,
+                                   std::string_view key, MasterKeyView master) {
+  RETURN_IF_ERROR(validate_gateway_url(url));
+  RETURN_IF_ERROR(validate_gateway_key(key));
+  ASSIGN_OR_RETURN(db::Transaction txn, db_->begin());
+  ASSIGN_OR_RETURN(User user, find_user(user_name));
+  std::string sealed =
+      crypto::seal(master, key, gateway_key_additional_data(user.id, url), *random_);
+  ASSIGN_OR_RETURN(db::Statement st,
+                   db_->prepare("INSERT INTO user_gateways (user_id, url, key_sealed, "
+                                "updated_at_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (user_id) "
+                                "DO UPDATE SET url = excluded.url, key_sealed = "
+                                "excluded.key_sealed, updated_at_ms = excluded.updated_at_ms"));
+  RETURN_IF_ERROR(st.bind_int64(1, user.id));
+  RETURN_IF_ERROR(st.bind_text(2, url));
+  RETURN_IF_ERROR(st.bind_blob(3, crypto::byte_view(sealed)));
+  RETURN_IF_ERROR(st.bind_int64(4, now_ms(*clock_)));
+  RETURN_IF_ERROR(st.execute());
+  return txn.commit();
+}
+
+Status SyncStore::clear_user_gateway(std::string_view user_name) {
+  ASSIGN_OR_RETURN(db::Transaction txn, db_->begin());
+  ASSIGN_OR_RETURN(User user, find_user(user_name));
+  ASSIGN_OR_RETURN(db::Statement st, db_->prepare("DELETE FROM user_gateways WHERE user_id = ?1"));
+  RETURN_IF_ERROR(st.bind_int64(1, user.id));
+  RETURN_IF_ERROR(st.execute());
+  return txn.commit();
+}
+
+Result<std::optional<UserGateway>> SyncStore::user_gateway(int64_t user_id, MasterKeyView master) {
+  ASSIGN_OR_RETURN(db::Statement st,
+                   db_->prepare("SELECT url, key_sealed, updated_at_ms FROM user_gateways "
+                                "WHERE user_id = ?1"));
+  RETURN_IF_ERROR(st.bind_int64(1, user_id));
+  ASSIGN_OR_RETURN(bool row, st.step());
+  if (!row) return std::optional<UserGateway>();
+  UserGateway gw;
+  gw.user_id = user_id;
+  gw.url = std::string(st.column_text(0));
+  gw.updated_at_ms = st.column_int64(2);
+  auto key = crypto::open(master, crypto::char_view(st.column_blob(1)),
+                          gateway_key_additional_data(user_id, gw.url));
+  if (!key.ok()) {
+    return data_loss(fmt::format(
+        "the gateway key of user {} does not open under master.key (sealed under another "
+        "key, or its row or URL was changed outside the api): set it again",
+        user_id));
+  }
+  gw.key = std::move(*key);
+  return std::optional<UserGateway>(std::move(gw));
+}
+
+Status SyncStore::record_model_call(const ModelCall& call) {
+  if (call.box_id.empty()) return invalid_argument("box_id: empty");
+  if (call.wire.empty()) return invalid_argument("wire: empty");
+  const int64_t now = now_ms(*clock_);
+  ASSIGN_OR_RETURN(
+      db::Statement st,
+      db_->prepare("INSERT INTO model_usage (user_id, box_id, day, wire, model, requests, failed, "
+                   "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+                   "last_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11) "
+                   "ON CONFLICT (user_id, box_id, day, wire, model) DO UPDATE SET "
+                   "requests = requests + 1, failed = failed + excluded.failed, "
+                   "input_tokens = input_tokens + excluded.input_tokens, "
+                   "output_tokens = output_tokens + excluded.output_tokens, "
+                   "cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens, "
+                   "cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens, "
+                   "last_at_ms = excluded.last_at_ms"));
+  RETURN_IF_ERROR(st.bind_int64(1, call.user_id));
+  RETURN_IF_ERROR(st.bind_text(2, call.box_id));
+  RETURN_IF_ERROR(st.bind_text(3, utc_day(now)));
+  RETURN_IF_ERROR(st.bind_text(4, call.wire));
+  RETURN_IF_ERROR(st.bind_text(5, call.model));
+  RETURN_IF_ERROR(st.bind_int64(6, call.failed ? 1 : 0));
+  RETURN_IF_ERROR(st.bind_int64(7, call.input_tokens));
+  RETURN_IF_ERROR(st.bind_int64(8, call.output_tokens));
+  RETURN_IF_ERROR(st.bind_int64(9, call.cache_read_tokens));
+  RETURN_IF_ERROR(st.bind_int64(10, call.cache_write_tokens));
+  RETURN_IF_ERROR(st.bind_int64(11, now));
+  return st.execute();
+}
+
+Result<std::vector<ModelUsage>> SyncStore::model_usage(std::string_view user_name,
+                                                       std::string_view since_day) {
+  if (!since_day.empty() && !is_day(since_day))
+    return invalid_argument(fmt::format("since: want YYYY-MM-DD, got {:?}", since_day));
+  std::optional<int64_t> user_id;
+  if (!user_name.empty()) {
+    ASSIGN_OR_RETURN(User user, find_user(user_name));
+    user_id = user.id;
+  }
+  ASSIGN_OR_RETURN(
+      db::Statement st,
+      db_->prepare("SELECT u.user_id, COALESCE(users.name, ''), u.box_id, COALESCE(boxes.name, "
+                   "''), u.day, u.wire, u.model, u.requests, u.failed, u.input_tokens, "
+                   "u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, u.last_at_ms "
+                   "FROM model_usage u LEFT JOIN users ON users.id = u.user_id "
+                   "LEFT JOIN boxes ON boxes.id = u.box_id "
+                   "WHERE (?1 IS NULL OR u.user_id = ?1) AND u.day >= ?2 "
+                   "ORDER BY u.day, u.user_id, u.box_id, u.wire, u.model"));
+  RETURN_IF_ERROR(user_id ? st.bind_int64(1, *user_id) : st.bind_null(1));
+  RETURN_IF_ERROR(st.bind_text(2, since_day));
+  return collect<ModelUsage>(st, [](const db::Statement& r) {
+    ModelUsage u;
+    u.user_id = r.column_int64(0);
+    u.user_name = std::string(r.column_text(1));
+    u.box_id = std::string(r.column_text(2));
+    u.box_name = std::string(r.column_text(3));
+    u.day = std::string(r.column_text(4));
+    u.wire = std::string(r.column_text(5));
+    u.model = std::string(r.column_text(6));
+    u.requests = r.column_int64(7);
+    u.failed = r.column_int64(8);
+    u.input_tokens = r.column_int64(9);
+    u.output_tokens = r.column_int64(10);
+    u.cache_read_tokens = r.column_int64(11);
+    u.cache_write_tokens = r.column_int64(12);
+    u.last_at_ms = r.column_int64(13);
+    return u;
+  });
+}
+
 #undef CB_BOX_COLUMNS
 #undef CB_OPERATION_COLUMNS
 
@@ -1047,6 +1224,26 @@ asio::awaitable<Result<std::vector<OperationEvent>>> Store::events_after(std::st
 asio::awaitable<Result<std::vector<Operation>>> Store::list_unfinished_operations() {
   auto r = co_await worker_->run(
       [&](db::Database& db) { return SyncStore(db, options_).list_unfinished_operations(); });
+  co_return r;
+}
+
+asio::awaitable<Result<std::optional<UserGateway>>> Store::user_gateway(int64_t user_id,
+                                                                        MasterKeyView master) {
+  auto r = co_await worker_->run(
+      [&](db::Database& db) { return SyncStore(db, options_).user_gateway(user_id, master); });
+  co_return r;
+}
+
+asio::awaitable<Status> Store::record_model_call(ModelCall call) {
+  auto r = co_await worker_->run(
+      [&](db::Database& db) { return SyncStore(db, options_).record_model_call(call); });
+  co_return r;
+}
+
+asio::awaitable<Result<std::vector<ModelUsage>>> Store::model_usage(std::string user_name,
+                                                                    std::string since_day) {
+  auto r = co_await worker_->run(
+      [&](db::Database& db) { return SyncStore(db, options_).model_usage(user_name, since_day); });
   co_return r;
 }
 

@@ -42,6 +42,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -158,6 +159,55 @@ struct OperationEvent {
   Phase phase = Phase::kPending;
   std::string detail;
   int64_t at_ms = 0;
+};
+
+// A user's model gateway (README.md §Model gateways): where the model door forwards the
+// user's boxes' model calls, and the key it adds. |key| is the plaintext, which exists only
+// in this value: the caller wipes it (crypto::wipe) when done.
+struct UserGateway {
+  int64_t user_id = 0;
+  std::string url;
+  std::string key;
+  int64_t updated_at_ms = 0;
+};
+
+// The master key that seals secret columns (roles/api/keys.h). The view is not kept.
+using MasterKeyView = std::span<const uint8_t, 32>;
+
+// The additional data a user's sealed gateway key is bound to: table, row, column, and the
+// URL, so a key copied to another user's row, or a URL changed behind the api's back (which
+// would send the key elsewhere), no longer opens.
+std::string gateway_key_additional_data(int64_t user_id, std::string_view url);
+
+// One call through the model door, as the door saw it.
+struct ModelCall {
+  int64_t user_id = 0;
+  std::string box_id;
+  std::string wire;     // "openai", "anthropic"
+  std::string model;    // as the request named it; "" when it named none
+  bool failed = false;  // not a 2xx, or the response did not complete
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cache_read_tokens = 0;
+  int64_t cache_write_tokens = 0;
+};
+
+// Usage through the model door summed per user, box, UTC day, wire and model.
+struct ModelUsage {
+  int64_t user_id = 0;
+  std::string user_name;  // "" when the user row is gone
+  std::string box_id;
+  std::string box_name;  // "" when the box row is gone
+  std::string day;       // "YYYY-MM-DD", UTC
+  std::string wire;
+  std::string model;
+  int64_t requests = 0;
+  int64_t failed = 0;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cache_read_tokens = 0;
+  int64_t cache_write_tokens = 0;
+  int64_t last_at_ms = 0;
 };
 
 // The offset_key of the event numbered |seq| (cocoonbox.control.v1.OperationEvent): its
@@ -308,6 +358,32 @@ class SyncStore {
   // Operations not finished, oldest first: after a crash the api resumes or fails each.
   Result<std::vector<Operation>> list_unfinished_operations();
 
+  // ---- Model gateways and usage (README.md §Model gateways) ----
+
+  // Sets the model gateway of the active user |user_name|: |url| as given, |key| sealed under
+  // |master| (gateway_key_additional_data()). Replaces an earlier one.
+  // Errors: kNotFound (user); kInvalidArgument naming "url" (empty, over 2048 bytes, or a
+  //         control character) or "key" (empty, over 4096 bytes, or a control character or
+  //         space: it travels in a header field).
+  Status set_user_gateway(std::string_view user_name, std::string_view url, std::string_view key,
+                          MasterKeyView master);
+  // Removes the gateway of the active user |user_name|; removing none succeeds.
+  // Errors: kNotFound (user).
+  Status clear_user_gateway(std::string_view user_name);
+  // The gateway of user |user_id| with its key opened, or nullopt when the user has none.
+  // Errors: kDataLoss when the sealed key does not open (another master key, a row or URL
+  //         changed outside the api).
+  Result<std::optional<UserGateway>> user_gateway(int64_t user_id, MasterKeyView master);
+  // Adds |call| to the counts of its user, box, UTC day (from the clock), wire and model.
+  // Errors: kInvalidArgument naming "box_id" or "wire" when empty.
+  Status record_model_call(const ModelCall& call);
+  // Usage rows, oldest day first, then user, box, wire and model. |user_name| "" means every
+  // user (else only that active user's rows); |since_day| "" means every day, else rows of
+  // that day ("YYYY-MM-DD") and later.
+  // Errors: kNotFound (user); kInvalidArgument naming "since" (not YYYY-MM-DD).
+  Result<std::vector<ModelUsage>> model_usage(std::string_view user_name = {},
+                                              std::string_view since_day = {});
+
  private:
   struct Owned;
 
@@ -373,6 +449,13 @@ class Store {
   asio::awaitable<Result<std::vector<OperationEvent>>> events_after(std::string operation_id,
                                                                     int64_t after_seq);
   asio::awaitable<Result<std::vector<Operation>>> list_unfinished_operations();
+
+  // REQUIRES: |master| outlives the call.
+  asio::awaitable<Result<std::optional<UserGateway>>> user_gateway(int64_t user_id,
+                                                                   MasterKeyView master);
+  asio::awaitable<Status> record_model_call(ModelCall call);
+  asio::awaitable<Result<std::vector<ModelUsage>>> model_usage(std::string user_name = {},
+                                                               std::string since_day = {});
 
  private:
   Store(std::unique_ptr<db::Worker> worker, const StoreOptions& options);
