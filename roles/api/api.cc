@@ -9,6 +9,7 @@
 #include "roles/api/edge.h"
 #include "roles/api/keys.h"
 #include "roles/api/machines/local.h"
+#include "roles/api/model_door.h"
 #include "roles/api/store/admin.h"
 #include "roles/api/store/store.h"
 #include "roles/api/store/token_index.h"
@@ -36,6 +37,8 @@ struct Config {
   std::string data_dir;
   std::string backend = "local";
   std::string idle_hibernate = "30m";
+  std::string gateway_url;       // the default model gateway (model_door.h)
+  std::string gateway_key_file;  // its key; never on the command line itself
 };
 
 fs::path default_data_dir() {
@@ -153,6 +156,18 @@ int serve(const Config& cfg) {
     std::cerr << "cocoonbox api: " << store.status().message() << "\n";
     return 1;
   }
+  // The model door (model_door.h): users without their own gateway use this one.
+  ModelDoorOptions door_options;
+  if (!cfg.gateway_url.empty() || !cfg.gateway_key_file.empty()) {
+    auto gw = load_default_gateway(cfg.gateway_url, cfg.gateway_key_file);
+    if (!gw.ok()) {
+      std::cerr << "cocoonbox api: " << gw.status().message() << "\n";
+      return 2;
+    }
+    door_options.default_gateway = std::move(*gw);
+  }
+  ModelDoor door(io.get_executor(), **store, *master, std::move(door_options));
+
   machines::LocalOptions local_options;
   auto backend = machines::LocalBackend::create(local_options);
   if (!backend.ok()) {
@@ -172,6 +187,10 @@ int serve(const Config& cfg) {
                             "--identity", "/run/cocoonbox/identity",
                             "--data-dir", "/var/lib/cocoonbox-agent"};
   box_options.idle_hibernate = *idle;
+  box_options.before_boot = [&door](const Box& box, const fs::path& box_dir) {
+    Status opened = door.open(box.id, box_dir / "run" / kModelDoorSocket);
+    if (!opened.ok()) log::error("model door", {{"box", box.id}, {"error", opened.to_string()}});
+  };
   BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);
   TokenIndex tokens(**store);
   BoxesService boxes_service(manager, tokens, **store);
@@ -217,6 +236,7 @@ int serve(const Config& cfg) {
         "cocoonbox_edge_bytes_total{{direction=\"to_box\"}} {}\n"
         "cocoonbox_edge_bytes_total{{direction=\"from_box\"}} {}\n",
         e.streams_total, e.streams_open, e.refused_total, e.bytes_to_box, e.bytes_from_box);
+    text += door.metrics_text();
     (void)co_await http::respond(req, 200, "text/plain; version=0.0.4", text);
   });
   edge.register_with(router);
@@ -257,6 +277,8 @@ int serve(const Config& cfg) {
         auto refreshed = co_await tokens.refresh_if_changed();
         if (!refreshed.ok()) log::error("token index", {{"error", refreshed.status().to_string()}});
         co_await manager.recover();
+        // Doors for boxes that kept running across a restart, then kept in step with changes.
+        asio::co_spawn(io, door.follow(manager, data_dir / "boxes"), asio::detached);
         manager.start_idle_loop();
         server.start();
         log::info("listening", {{"endpoint", endpoint},
@@ -310,6 +332,10 @@ int run(std::span<char* const> args) {
                  "PEM certificate chain: serve TLS (ALPN h2, http/1.1)");
   app.add_option("--tls-key", cfg.tls_key, "PEM private key for --tls-cert");
   app.add_option("--backend", cfg.backend, "machines backend")->capture_default_str();
+  app.add_option("--gateway-url", cfg.gateway_url,
+                 "default model gateway (http(s)://host[:port][/prefix]) for users without one");
+  app.add_option("--gateway-key-file", cfg.gateway_key_file,
+                 "file (mode 0600) with the default gateway's key");
   app.add_option("--idle-hibernate", cfg.idle_hibernate,
                  "hibernate a box with no client attached this long (0 = never)")
       ->capture_default_str();

@@ -3,7 +3,9 @@
 //
 //   cocoonbox api [--listen 127.0.0.1:7443] [--data-dir DIR] [--tls-cert F --tls-key F]
 //                 [--backend local] [--idle-hibernate 30m] [--config FILE]
-//   cocoonbox api user add|list|rm ...   cocoonbox api token issue|revoke|list ...
+//                 [--gateway-url URL --gateway-key-file FILE]
+//   cocoonbox api user add|list|rm|set-gateway ...   cocoonbox api token issue|revoke|list ...
+//   cocoonbox api usage [--user NAME] [--since YYYY-MM-DD] [--json]
 //
 // With no flags it runs the embedded default: data dir, api.db, master.key, an admin user
 // whose token goes to <data-dir>/admin.token (0600), plaintext h2c on 127.0.0.1:7443 only,

@@ -289,6 +289,7 @@ asio::awaitable<Status> BoxManager::boot(Box& box, const Operation& op, bool fre
   std::error_code ec;
   for (const char* sub : {"workspace", "home", "run"})
     std::filesystem::create_directories(spec.box_dir / sub, ec);
+  if (options_.before_boot) options_.before_boot(box, spec.box_dir);
   std::string wake_id = new_wake_id();
   crypto::BoxIdentity identity{box.id, wake_id, key_.key_id, key_.key.public_key()};
   auto json = crypto::serialize_box_identity(identity);

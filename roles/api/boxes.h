@@ -40,6 +40,10 @@ struct BoxManagerOptions {
   std::chrono::milliseconds ready_timeout{20000};
   // A RUNNING box with no attached client for this long hibernates (0 = never).
   std::chrono::milliseconds idle_hibernate{std::chrono::minutes(30)};
+  // Called at every boot (start or wake) before the identity is delivered, with the box and
+  // its box_dir, whose run dir exists by then: the api opens the box's model door there
+  // (model_door.h), so the door is up before the agent runs.
+  std::function<void(const Box&, const std::filesystem::path& box_dir)> before_boot;
 };
 
 struct BoxView {

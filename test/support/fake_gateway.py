@@ -13,6 +13,8 @@ speaks both native wires the way the real upstreams do, byte for byte where it m
                                  content_block_start/delta/stop (text_delta, input_json_delta),
                                  ping, message_delta, message_stop; errors as
                                  {"type":"error","error":{"type","message"}} and "event: error".
+  GET  .../v1/models             the model list, OpenAI's shape, or Anthropic's when the request
+                                 has anthropic-version (key checked, recorded, no turn used).
 
 Streams go out with "transfer-encoding: chunked", one chunk per event, as the real APIs do.
 
@@ -489,8 +491,41 @@ class Handler(BaseHTTPRequestHandler):
                                      "remaining": len(STATE.turns) - STATE.next_turn})
         elif path == "/_fake/health":
             self.send_json(200, {"ok": True})
+        elif path.endswith("/v1/models"):
+            self.models_request(path)
         else:
             self.send_json(404, {"error": {"message": "not found", "type": "not_found"}})
+
+    def models_request(self, path):
+        # GET /v1/models on either wire (Anthropic when anthropic-version is sent), with the
+        # same key check as the model routes; recorded, and it uses no scripted turn.
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        wire = "anthropic" if "anthropic-version" in headers else "openai"
+        record = {"method": self.command, "path": path, "wire": wire, "headers": headers,
+                  "body": None, "raw_body": None, "turn": None, "status": 200,
+                  "outcome": "answered", "client_closed": False}
+        with STATE.lock:
+            record["index"] = len(STATE.requests)
+            STATE.requests.append(record)
+            key = STATE.key
+        if key is not None:
+            if wire == "anthropic":
+                ok = headers.get("x-api-key") == key
+            else:
+                ok = headers.get("authorization") == "Bearer " + key
+            if not ok:
+                record["status"], record["outcome"] = 401, "refused"
+                self.send_json(401, error_body(wire, 401, {"type": "authentication_error",
+                                                           "message": "invalid key"}))
+                return
+        if wire == "anthropic":
+            self.send_json(200, {"data": [{"type": "model", "id": "fake-claude",
+                                           "display_name": "Fake Claude"}],
+                                 "has_more": False, "first_id": "fake-claude",
+                                 "last_id": "fake-claude"})
+        else:
+            self.send_json(200, {"object": "list", "data": [{"id": "fake-gpt", "object": "model",
+                                                             "owned_by": "fake"}]})
 
     def do_POST(self):
         path = self.path.split("?")[0]
