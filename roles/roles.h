@@ -16,6 +16,9 @@
 #ifdef CB_HAVE_ROLE_API
 #include "roles/api/api.h"
 #endif
+#ifdef CB_HAVE_ROLE_BRIDGE
+#include "roles/bridge/bridge.h"
+#endif
 #ifdef CB_HAVE_ROLE_CLI
 #include "roles/cli/cli.h"
 #endif
@@ -54,6 +57,11 @@ inline const std::vector<Role> kCommands = {
     {"upgrade", cli::run, "recreate a box on the current image, keeping its data"},
     {"boxes", cli::run, "list your boxes"},
     {"box", cli::run, "box create NAME | box rm NAME"},
+#endif
+#ifdef CB_HAVE_ROLE_BRIDGE
+    {"mcp", bridge::run, "stdio MCP server for local coding agents: box tools, waking on demand"},
+#endif
+#ifdef CB_HAVE_ROLE_CLI
     {"setup", cli::run, "register `cocoonbox mcp` with claude, codex or cursor"},
     {"mcp-headers", cli::run, "print the Authorization header for a direct MCP config"},
     {"completion", cli::run, "print shell completion for bash or zsh"},

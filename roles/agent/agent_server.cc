@@ -6,6 +6,7 @@
 #include "roles/agent/agent_db.h"
 #include "roles/agent/box_key.h"
 #include "roles/agent/version.h"
+#include "tools/contract.h"
 
 #include <fmt/format.h>
 
@@ -77,6 +78,32 @@ Status check_socket_path(const std::string& path) {
 
 void log_listening(std::string_view address) { log::info("listening", {{"addr", address}}); }
 
+mcp::ServerOptions mcp_options() {
+  mcp::ServerOptions o;
+  o.info.name = "cocoonbox-box";
+  o.info.title = "cocoonbox box";
+  o.info.version = std::string(agent_version());
+  o.instructions =
+      "Tools that act inside the user's cocoonbox box (a persistent Linux machine) as its "
+      "desktop user. Relative paths start in /workspace.";
+  return o;
+}
+
+// Every MCP request carries the edge's credential for this wake, as gRPC calls do.
+mcp::HttpServerOptions mcp_http_options(IdentityStore& identity) {
+  mcp::HttpServerOptions o;
+  o.authenticate =
+      [&identity](const http::RequestHead& head) -> asio::awaitable<Result<std::string>> {
+    Status st = identity.check(head.headers);
+    if (!st.ok()) {
+      log::warn("mcp request refused", {{"method", head.method}, {"error", st.to_string()}});
+      co_return st;
+    }
+    co_return std::string("owner");
+  };
+  return o;
+}
+
 }  // namespace
 
 Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Worker> db,
@@ -87,7 +114,11 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       box_key_(std::move(box_key)),
       identity_(config_.identity_path, *config_.clock),
       exec_(executor_, config_.exec),
-      session_(box_key_.public_key(), identity_, exec_) {
+      session_(box_key_.public_key(), identity_, exec_),
+      box_tools_(executor_, config_.exec),
+      box_mcp_tools_(box_tools_),
+      mcp_server_(mcp_options(), box_mcp_tools_),
+      mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)) {
   grpc_server_.add_service(session_);
   // The authorizer runs on the loop for every call; |this| owns the gRPC server, so it
   // outlives every call the server routes.
@@ -99,6 +130,7 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
     return st;
   });
   grpc_server_.register_with(router_);
+  mcp_http_.mount(router_, std::string(tools::kAgentMcpPath));
   // gRPC needs HTTP/2; HTTP/1.1 connections are closed unanswered, so nothing is served
   // past the authorizer.
   http::ServerOptions options;
@@ -177,6 +209,7 @@ asio::awaitable<Status> Agent::start() {
 
 asio::awaitable<void> Agent::shutdown(net::Deadline deadline) {
   remove_socket();
+  mcp_http_.close_all();
   co_await http_server_->shutdown(deadline);
   exec_.kill_all();
 }

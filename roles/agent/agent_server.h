@@ -19,7 +19,11 @@
 #include "db/worker.h"
 #include "grpc/server.h"
 #include "http/server.h"
+#include "mcp/http_server.h"
+#include "mcp/server.h"
 #include "net/asio.h"
+#include "roles/agent/box_mcp.h"
+#include "roles/agent/box_tools.h"
 #include "roles/agent/exec_service.h"
 #include "roles/agent/flags.h"
 #include "roles/agent/identity.h"
@@ -83,6 +87,12 @@ class Agent {
   IdentityStore identity_;
   ExecService exec_;
   SessionService session_;
+  // The box MCP: tools, their provider, the MCP server and its HTTP transport, each
+  // outliving the next.
+  BoxTools box_tools_;
+  BoxMcpTools box_mcp_tools_;
+  mcp::Server mcp_server_;
+  mcp::HttpServerTransport mcp_http_;
   // Declared in this order so the HTTP server goes first, then the router it uses, then the
   // gRPC server the router's routes point into, then the service.
   grpc::Server grpc_server_;

@@ -6,6 +6,7 @@
 #include "net/tls.h"
 #include "roles/api/boxes.h"
 #include "roles/api/boxes_service.h"
+#include "roles/api/control_tools.h"
 #include "roles/api/edge.h"
 #include "roles/api/keys.h"
 #include "roles/api/machines/local.h"
@@ -195,6 +196,7 @@ int serve(const Config& cfg) {
   TokenIndex tokens(**store);
   BoxesService boxes_service(manager, tokens, **store);
   Edge edge(manager, tokens);
+  ControlMcp control_mcp(io.get_executor(), manager, tokens);
 
   grpc::Server grpc_server;
   grpc_server.add_service(boxes_service);
@@ -239,6 +241,7 @@ int serve(const Config& cfg) {
     text += door.metrics_text();
     (void)co_await http::respond(req, 200, "text/plain; version=0.0.4", text);
   });
+  control_mcp.mount(router);  // the exact path wins over the edge's /cocoonbox.mcp/ prefix
   edge.register_with(router);
   grpc_server.register_with(router);
 
@@ -307,6 +310,7 @@ int serve(const Config& cfg) {
         io,
         [&]() -> asio::awaitable<void> {
           manager.stop();
+          control_mcp.close_all();
           co_await server.shutdown(net::after(std::chrono::seconds(5)));
           io.stop();
         },

@@ -12,8 +12,10 @@
 #include "http/server.h"
 #include "roles/api/boxes.h"
 #include "roles/api/store/token_index.h"
+#include "tools/contract.h"
 
 #include <cstdint>
+#include <string_view>
 
 namespace cb::api {
 
@@ -28,9 +30,16 @@ struct EdgeCounters {
 class Edge {
  public:
   Edge(BoxManager& manager, TokenIndex& tokens) : manager_(manager), tokens_(tokens) {}
-  // Routes every /cocoonbox.agent.v1.* path on |router| to the edge.
+  // Routes every /cocoonbox.agent.v1.* path, and every /cocoonbox.mcp/<box> path but
+  // /cocoonbox.mcp/control (the api's own), on |router| to the edge.
   void register_with(http::Router& router);
   asio::awaitable<void> handle(http::ServerRequest& req);
+  // The box MCP (seed §13.2): /cocoonbox.mcp/<box id or name> with the user's token, any
+  // method (Streamable HTTP's POST, GET and DELETE), relayed to the agent's
+  // /cocoonbox.mcp/box. Refusals are plain HTTP with a JSON-RPC error body: 401 (token),
+  // 404 (box), 503 (cannot start or reach it). A POST counts as an attached client while it
+  // runs; a GET stream does not, so an MCP client left open does not keep the box awake.
+  asio::awaitable<void> handle_mcp(http::ServerRequest& req);
   const EdgeCounters& counters() const { return counters_; }
 
  private:

@@ -103,10 +103,12 @@ class Channel : public std::enable_shared_from_this<Channel> {
   void close();
   net::Executor executor() const { return executor_; }
   const ChannelOptions& options() const { return options_; }
+  // The channel's HTTP/2 connection, dialed when there is none or the last one died: for
+  // other protocols sharing it (the MCP bridge's Streamable HTTP clients). Errors as connect.
+  asio::awaitable<Result<std::shared_ptr<http::H2Connection>>> connection(net::Deadline deadline);
 
  private:
   Channel(net::Executor executor, ChannelOptions options);
-  asio::awaitable<Result<std::shared_ptr<http::H2Connection>>> connection(net::Deadline deadline);
 
   net::Executor executor_;
   ChannelOptions options_;

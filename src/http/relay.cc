@@ -4,6 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
 namespace cb::http {
 
 namespace {
@@ -60,11 +65,43 @@ asio::awaitable<Status> pump_response(ServerRequest& client, H2Stream& up, Relay
   co_return co_await client.write({}, true);
 }
 
+// |head| without the connection-specific fields HTTP/2 forbids (RFC 9113 §8.2.2): an
+// HTTP/1.1 client's connection, keep-alive, proxy-connection, transfer-encoding and upgrade,
+// the fields its connection header names, and te unless it is "trailers".
+RequestHead for_h2(const RequestHead& head) {
+  RequestHead out = head;
+  std::vector<std::string> named;
+  if (const std::string* c = find_header(head.headers, "connection")) {
+    std::string_view rest = *c;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = rest.substr(0, comma);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+        token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
+        token.remove_suffix(1);
+      std::string lower(token);
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (!lower.empty()) named.push_back(std::move(lower));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  std::erase_if(out.headers, [&](const Header& h) {
+    if (h.name == "connection" || h.name == "keep-alive" || h.name == "proxy-connection" ||
+        h.name == "transfer-encoding" || h.name == "upgrade")
+      return true;
+    if (h.name == "te") return h.value != "trailers";
+    return std::find(named.begin(), named.end(), h.name) != named.end();
+  });
+  return out;
+}
+
 }  // namespace
 
 asio::awaitable<Status> relay(ServerRequest& client, H2Connection& upstream,
                               const RequestHead& head, RelayStats* stats) {
-  auto up = upstream.open_stream(head, false);
+  auto up = upstream.open_stream(for_h2(head), false);
   if (!up.ok()) {
     (void)co_await respond(client, 502, "text/plain; charset=utf-8",
                            fmt::format("upstream unavailable: {}\n", up.status().message()));

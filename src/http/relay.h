@@ -25,7 +25,9 @@ struct RelayStats {
   uint64_t response_bytes = 0;  // body bytes upstream -> client
 };
 
-// Relays |client|'s exchange to a new stream on |upstream| opened with |head|.
+// Relays |client|'s exchange to a new stream on |upstream| opened with |head|, less the
+// connection-specific fields HTTP/2 forbids (an HTTP/1.1 client's connection, keep-alive,
+// transfer-encoding, upgrade, te other than "trailers", and fields named by connection).
 // Returns ok when both directions completed. Errors: kUnavailable (upstream connection or
 // stream failed: the client gets 502 if nothing was sent yet, else a reset), kCancelled (the
 // client went away; the upstream stream was reset). |stats| (optional) counts body bytes.

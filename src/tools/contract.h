@@ -19,6 +19,12 @@
 
 namespace cb::tools {
 
+// MCP endpoints. Clients call a box's tools at kBoxMcpPrefix + <box name or id> on the api,
+// whose edge relays them to the agent's kAgentMcpPath; the api serves kControlMcpPath itself.
+inline constexpr std::string_view kBoxMcpPrefix = "/cocoonbox.mcp/";
+inline constexpr std::string_view kControlMcpPath = "/cocoonbox.mcp/control";
+inline constexpr std::string_view kAgentMcpPath = "/cocoonbox.mcp/box";
+
 // The contracts as compiled in: JSON arrays of MCP Tool objects.
 std::string_view box_tools_json();
 std::string_view control_tools_json();

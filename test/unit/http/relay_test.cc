@@ -1,5 +1,6 @@
 #include "http/relay.h"
 
+#include "http/http1_client.h"
 #include "http/server.h"
 #include "support/run_sync.h"
 
@@ -114,6 +115,46 @@ TEST_CASE("relay: body, headers and trailers cross both ways; the head is rewrit
   });
   CHECK_FALSE(saw_auth);
   CHECK(saw_relayed);
+}
+
+TEST_CASE("relay: an HTTP/1.1 client's connection-specific fields stay off HTTP/2",
+          "[http][unit]") {
+  // Node's fetch sends "connection: keep-alive"; nghttp2 refuses such a field (RFC 9113
+  // §8.2.2), which made every MCP request of the TypeScript SDK fail at the edge.
+  Chain chain;
+  Headers seen;
+  chain.backend_router.handle("POST", "/echo", [&](ServerRequest& req) -> asio::awaitable<void> {
+    seen = req.head().headers;
+    (void)co_await respond(req, 200, "text/plain", "fine");
+  });
+  chain.start();
+  run_sync(chain.io, [&]() -> asio::awaitable<void> {
+    Http1DialOptions d;
+    d.host = "127.0.0.1";
+    d.port = chain.edge->port();
+    auto c = co_await dial_http1(chain.io.get_executor(), d, net::after(std::chrono::seconds(2)));
+    REQUIRE(c.ok());
+    Headers h;
+    h.push_back(field("connection", "keep-alive, X-Hop"));
+    h.push_back(field("keep-alive", "timeout=5"));
+    h.push_back(field("x-hop", "1"));
+    h.push_back(field("te", "gzip"));
+    h.push_back(field("x-kept", "yes"));
+    auto r =
+        co_await (*c)->request("POST", "/echo", h, "body", net::after(std::chrono::seconds(5)));
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body == "fine");
+    c->reset();
+    if (chain.upstream) chain.upstream->close();
+    co_await chain.edge->shutdown(net::after(std::chrono::seconds(1)));
+    co_await chain.backend->shutdown(net::after(std::chrono::seconds(1)));
+  }());
+  for (const char* gone : {"connection", "keep-alive", "x-hop", "te"}) {
+    INFO(gone);
+    CHECK(find_header(seen, gone) == nullptr);
+  }
+  CHECK(find_header(seen, "x-kept") != nullptr);
 }
 
 TEST_CASE("relay: a headers-only answer stays headers-only", "[http][unit]") {
