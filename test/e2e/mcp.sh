@@ -124,6 +124,30 @@ for path in control main; do
   [[ $code == 401 ]] || fail "no token on $path: HTTP $code"
 done
 ok "another user's box is not found on both MCPs; no token is 401"
+# Streamable HTTP rules through the api, on both endpoints (src/mcp/README.md).
+init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
+for path in control main; do
+  h=(-H "authorization: Bearer $alice" -H 'content-type: application/json')
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/$path" "${h[@]}" -H 'accept: text/html' -d "$init")
+  [[ $code == 406 ]] || fail "$path: a POST that accepts neither JSON nor SSE got $code, want 406"
+  h+=(-H 'accept: application/json, text/event-stream')
+  sid=$(curl -s -D - -o /dev/null -X POST "$base/$path" "${h[@]}" -d "$init" | tr -d '\r' |
+    sed -n 's/^mcp-session-id: //Ip')
+  [[ -n $sid ]] || fail "$path: initialize gave no Mcp-Session-Id"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/$path" "${h[@]}" -H "mcp-session-id: $sid" \
+    -H 'mcp-protocol-version: 1999-01-01' -d '{"jsonrpc":"2.0","id":2,"method":"ping"}')
+  [[ $code == 400 ]] || fail "$path: an unknown MCP-Protocol-Version got $code, want 400"
+  code=$(curl -s -o "$tmp/body" -w '%{http_code}' -X POST "$base/$path" "${h[@]}" -H "mcp-session-id: $sid" \
+    -H 'mcp-protocol-version: 2025-06-18' -d '{"jsonrpc":"2.0","id":3,"method":"ping"}')
+  [[ $code == 200 ]] || fail "$path: ping in the session got $code: $(cat "$tmp/body")"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$base/$path" "${h[@]}" -H "mcp-session-id: $sid")
+  [[ $code == 200 || $code == 204 ]] || fail "$path: DELETE got $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/$path" "${h[@]}" -H "mcp-session-id: $sid" \
+    -H 'mcp-protocol-version: 2025-06-18' -d '{"jsonrpc":"2.0","id":4,"method":"ping"}')
+  [[ $code == 404 ]] || fail "$path: the session after DELETE got $code, want 404"
+done
+ok "Streamable HTTP through the api: session ids, 406 on Accept, 400 on a bad version, 404 after DELETE"
+
 # --- the stdio bridge, `cocoonbox mcp` (seed §13.2, §19.2) ---
 # run_bridge STEPS_JSON [BRIDGE FLAGS...]: the SDK's stdio client starts `cocoonbox mcp`.
 export XDG_CACHE_HOME=$tmp/cache

@@ -155,6 +155,29 @@ TEST_CASE("box tools: write_file and read_file", "[agent][tools]") {
   }
 }
 
+TEST_CASE("box tools: files over the limits are refused with their size", "[agent][tools]") {
+  Fixture f;
+  f.limits.text_file_bytes = 1000;
+  f.limits.image_bytes = 100;
+  f.make();
+  put(f.ws() / "big.txt", std::string(5000, 'x'));
+  ToolResult r = f.ok("read_file", json{{"path", "big.txt"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("is 4.9 KiB: larger than the 1000 B read_file takes") != std::string::npos);
+  r = f.ok("edit_file", json{{"path", "big.txt"}, {"old_string", "x"}, {"new_string", "y"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("larger than") != std::string::npos);
+  put(f.ws() / "big.png", "\x89PNG\r\n\x1a\n" + std::string(500, 'p'));
+  r = f.ok("read_file", json{{"path", "big.png"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("image/png of 508 B") != std::string::npos);
+  // A dangling symlink is a missing file.
+  fs::create_symlink("nowhere", f.ws() / "dangling");
+  r = f.ok("read_file", json{{"path", "dangling"}});
+  CHECK(r.is_error);
+  CHECK(r.text().find("No such file or directory") != std::string::npos);
+}
+
 TEST_CASE("box tools: edit_file replaces exactly what it is told", "[agent][tools]") {
   Fixture f;
   put(f.ws() / "code.py", "a = 1\nb = 2\na = 1\n");
