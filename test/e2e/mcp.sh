@@ -212,4 +212,22 @@ r=$(cat "$tmp/bridge.out")
 check "$r" 'r[0]["result"]["isError"] and not r[1]["result"].get("isError") and r[1]["result"]["structuredContent"]["state"] == "running"' "bridge after the api came back"
 ok "bridge: with the api down tools/list still answers and calls fail clearly; it reconnects"
 ! grep -qF "$alice" "$tmp/bridge.err" || fail "the token is in the bridge's stderr"
+
+# Claude Code itself (npm @anthropic-ai/claude-code, pinned in test/interop; no login needed)
+# reads the entry `cocoonbox setup claude` wrote and starts the bridge: `claude mcp list`
+# reports it connected. In a network namespace of its own when we can make one, so the
+# client cannot reach anything but its child.
+claude=$here/../interop/node_modules/.bin/claude
+[[ -x $claude ]] || fail "Claude Code is not installed: run scripts/setup (npm ci in test/interop)"
+claude_home=$tmp/claude-home
+mkdir -p "$claude_home"
+HOME=$claude_home "$bin" setup claude >/dev/null || fail "setup claude"
+isolate=()
+if [[ $(id -u) == 0 ]] && unshare -n true 2>/dev/null; then isolate=(unshare -n); fi
+listed=$(HOME=$claude_home DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+  DISABLE_TELEMETRY=1 timeout 120 "${isolate[@]}" "$claude" mcp list 2>&1) ||
+  fail "claude mcp list: $listed"
+grep -q "^cocoonbox: .* mcp - ✔ Connected" <<<"$listed" || fail "claude mcp list: $listed"
+! grep -rqF "$alice" "$claude_home" || fail "the token is in Claude Code's files"
+ok "Claude Code $(HOME=$claude_home "${isolate[@]}" "$claude" --version 2>/dev/null | head -1) lists the bridge as connected"
 echo "$passed passed, 0 failed"
