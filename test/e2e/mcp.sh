@@ -191,6 +191,16 @@ python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); assert [x["name"] f
   "$XDG_CACHE_HOME/cocoonbox/tools.json" || fail "the bridge did not cache the box's tools"
 ok "bridge: the first box tool call wakes the box (progress), box routes by name or id, tools cached"
 
+# A cached list that differs from the box's live one: the bridge serves the cache at once,
+# then tells the client the list changed once it saw the live list (the box is running).
+/usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; t=json.load(open(p)); json.dump(t[:4], open(p, "w"))' \
+  "$XDG_CACHE_HOME/cocoonbox/tools.json"
+r=$(run_bridge '[{"op":"wait_list_changed","ms":30000}, {"op":"list"}]')
+check "$r" 'r[0]["count"] >= 1 and len(r[1]["tools"]) == 13' "list_changed after a stale cache"
+python3 -c 'import json,sys; assert len(json.load(open(sys.argv[1]))) == 6' "$XDG_CACHE_HOME/cocoonbox/tools.json" ||
+  fail "the bridge did not rewrite the stale cache"
+ok "bridge: a stale cached list is replaced by the live one, with notifications/tools/list_changed"
+
 bob_box=$(COCOONBOX_TOKEN=$bob node "$here/boxes_js_client.js" --port "$port" ensure --name main | json 'v["id"]') ||
   fail "bob's box"
 r=$(run_bridge '[{"op":"call","name":"shell","arguments":{"command":"id","box":"'"$bob_box"'"}}]')

@@ -20,6 +20,7 @@
 //                                                   last), retried every M ms, and "attempts"
 //   {"op": "sleep", "ms": M}                     -> {}
 //   {"op": "list_changed"}                       -> {"count": notifications/tools/list_changed seen}
+//   {"op": "wait_list_changed", "ms": M}         -> {"count": ...} once one arrived, or after M ms
 // A step that throws gives {"error": {"code": C, "message": M}} and the run goes on.
 
 const path = require('path');
@@ -86,6 +87,10 @@ async function main() {
       } else if (step.op === 'sleep') {
         await new Promise((r) => setTimeout(r, step.ms));
         out.push({});
+      } else if (step.op === 'wait_list_changed') {
+        const until = Date.now() + (step.ms ?? 20000);
+        while (listChanged === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+        out.push({ count: listChanged });
       } else if (step.op === 'list_changed') {
         out.push({ count: listChanged });
       } else {
