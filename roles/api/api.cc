@@ -189,7 +189,7 @@ int serve(const Config& cfg) {
                             "--data-dir", "/var/lib/cocoonbox-agent"};
   box_options.idle_hibernate = *idle;
   box_options.before_boot = [&door](const Box& box, const fs::path& box_dir) {
-    Status opened = door.open(box.id, box_dir / "run" / kModelDoorSocket);
+    Status opened = door.ensure_open(box.id, box_dir / "run" / kModelDoorSocket);
     if (!opened.ok()) log::error("model door", {{"box", box.id}, {"error", opened.to_string()}});
   };
   BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);

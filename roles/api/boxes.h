@@ -41,8 +41,8 @@ struct BoxManagerOptions {
   // A RUNNING box with no attached client for this long hibernates (0 = never).
   std::chrono::milliseconds idle_hibernate{std::chrono::minutes(30)};
   // Called at every boot (start or wake) before the identity is delivered, with the box and
-  // its box_dir, whose run dir exists by then: the api opens the box's model door there
-  // (model_door.h), so the door is up before the agent runs.
+  // its box_dir, whose run dir exists by then: the api makes sure the box's model door is
+  // served there (model_door.h), so it is up before the agent runs.
   std::function<void(const Box&, const std::filesystem::path& box_dir)> before_boot;
 };
 

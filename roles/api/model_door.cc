@@ -350,6 +350,17 @@ Status ModelDoor::open(const std::string& box_id, const fs::path& socket_path) {
   return ok_status();
 }
 
+Status ModelDoor::ensure_open(const std::string& box_id, const fs::path& socket_path) {
+  auto it = doors_.find(box_id);
+  if (it != doors_.end() && it->second->path == socket_path) {
+    struct stat sb {};
+    if (::lstat(socket_path.c_str(), &sb) == 0 && S_ISSOCK(sb.st_mode) &&
+        sb.st_uid == ::geteuid() && sb.st_dev == it->second->dev && sb.st_ino == it->second->ino)
+      return ok_status();  // open, and the socket file is still ours
+  }
+  return open(box_id, socket_path);
+}
+
 void ModelDoor::close(const std::string& box_id) {
   auto it = doors_.find(box_id);
   if (it == doors_.end()) return;
@@ -378,15 +389,7 @@ asio::awaitable<void> ModelDoor::sync(fs::path boxes_dir) {
     fs::path run = boxes_dir / box.id / "run";
     std::error_code ec;
     if (!fs::is_directory(run, ec)) continue;  // never booted: boot() opens it
-    fs::path sock = run / kModelDoorSocket;
-    auto it = doors_.find(box.id);
-    if (it != doors_.end()) {
-      struct stat sb {};
-      if (::lstat(sock.c_str(), &sb) == 0 && sb.st_dev == it->second->dev &&
-          sb.st_ino == it->second->ino)
-        continue;  // open, and the socket file is still ours
-    }
-    Status st = open(box.id, sock);
+    Status st = ensure_open(box.id, run / kModelDoorSocket);
     if (!st.ok()) log::error("model door", {{"box", box.id}, {"error", st.to_string()}});
   }
   std::vector<std::string> gone;

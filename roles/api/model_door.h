@@ -152,6 +152,10 @@ class ModelDoor {
   // the directory's file descriptor, so a long path works. Errors: kUnavailable (the
   // directory or the bind), kInternal (chmod).
   Status open(const std::string& box_id, const std::filesystem::path& socket_path);
+  // open() unless |box_id|'s door is already served at |socket_path| by the socket file it
+  // made; then nothing changes and calls in progress go on (a box woken from hibernation
+  // finishes the streams it was in). Errors: those of open().
+  Status ensure_open(const std::string& box_id, const std::filesystem::path& socket_path);
   // Stops serving |box_id| (calls in progress are cut) and removes its socket file if it is
   // still the one the door made. No-op for a box without a door.
   void close(const std::string& box_id);
@@ -159,9 +163,8 @@ class ModelDoor {
   size_t open_count() const { return doors_.size(); }
 
   // Makes the doors match api.db: every live box whose run dir exists under |boxes_dir|
-  // (<data-dir>/boxes) gets its door (re)opened when it has none or its socket file is gone
-  // or replaced; doors of boxes deleted or unknown are closed. For the api's start (boxes
-  // that kept running) and after box changes.
+  // (<data-dir>/boxes) gets ensure_open(); doors of boxes deleted or unknown are closed. For the
+  // api's start (boxes that kept running) and after box changes.
   asio::awaitable<void> sync(std::filesystem::path boxes_dir);
   // Runs sync() now and again after every change |manager| announces, until cancelled.
   asio::awaitable<void> follow(BoxManager& manager, std::filesystem::path boxes_dir);

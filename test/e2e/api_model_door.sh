@@ -6,7 +6,8 @@
 # wires reach the fake with the right key in the right field, streams arrive while the gateway is
 # still sending, usage lands in api.db (`api usage --json`) and /metrics; without a gateway the
 # door answers 503 in the wire's shape; the api's default gateway (--gateway-url,
-# --gateway-key-file) applies; an api restart re-opens the door of a box that kept running.
+# --gateway-key-file) applies; an api restart re-opens the door of a box that kept running, and
+# a hibernate and wake keep it.
 # Then the key is searched for everywhere the box can see or keep it: the box's whole data dir
 # (workspace, home, agent.db, run dir, logs), and the environment and argv of every process of
 # the box. It is in none, and not in api.db in plaintext either.
@@ -158,12 +159,18 @@ rsh "$door_curl"' http://door/v1/chat/completions --data-binary @-' \
   fail "the default key was not used"
 ok "after an api restart the running box's door is open again; the default gateway (0600 key file) applies"
 
-# Back to the user's own gateway for the last call, so its key was the last one used.
+# Back to the user's own gateway for the last call, so its key was the last one used; across
+# a hibernate and a wake, which keep the same door socket.
 printf '%s' "$key" | admin user set-gateway admin --url "$gw" --key-file - >/dev/null
+opened=$(grep -c '"model door open"' "$tmp/err")
+"$bin" hibernate >/dev/null 2>&1 || fail "hibernate"
+[[ $("$bin" status --json | json 'v["state"]') == hibernated ]] || fail "not hibernated"
 script '[{"wire":"anthropic","text":"last","stream":false}]' "$key"
 rsh "$door_curl"' -H "anthropic-version: 2023-06-01" http://door/v1/messages --data-binary @-' \
   <<<'{"model":"claude-e2e","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}' >"$tmp/last.json"
 [[ $(json 'v["content"][0]["text"]' <"$tmp/last.json") == last ]] || fail "last call: $(cat "$tmp/last.json")"
+[[ $(grep -c '"model door open"' "$tmp/err") == "$opened" ]] || fail "the wake replaced the door socket"
+ok "after hibernate and wake the same door serves the box, with the user's own gateway again"
 
 # --- the key is nowhere in the box ---
 # The search would find it: it is in what the fake gateway recorded.

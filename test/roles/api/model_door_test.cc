@@ -596,10 +596,42 @@ TEST_CASE("ModelDoor: sync opens the door of a live box in its run dir, also for
   CHECK(std::filesystem::is_socket(sock));
   // Bob's box has no run dir under |boxes|: its earlier door stays as it was.
   CHECK(f.door->is_open(f.bob_box.id));
-  // Replaced behind the door's back (as after a recreate): the next sync binds again.
+  // Another sync, or ensure_open() at a wake, keeps the same listener and so the connections
+  // on it (a replaced listener would cut them): a keep-alive connection made before still
+  // gets answers after. The route is one the door refuses itself, so no gateway is needed.
+  // A client cannot name the long path either: it goes through a short symlink to the run dir.
+  std::filesystem::create_directory_symlink(boxes / f.box.id / "run", f.dir.path() / "r");
+  std::unique_ptr<http::Http1Client> kept;
+  auto ask = [&]() -> asio::awaitable<void> {
+    if (!kept) {
+      http::Http1DialOptions o;
+      o.unix_path = (f.dir.path() / "r" / kModelDoorSocket).string();
+      auto c = co_await http::dial_http1(f.io.get_executor(), o, net::after(30s));
+      REQUIRE(c.ok());
+      kept = std::move(*c);
+    }
+    auto r = co_await kept->request(std::string("POST"), std::string("/v1/keys"), http::Headers(),
+                                    std::string("{}"), net::after(30s));
+    REQUIRE(r.ok());
+    CHECK(r->status == 404);
+  };
+  drive(f.io, ask());
+  drive(f.io, f.door->sync(boxes));
+  REQUIRE(f.door->ensure_open(f.box.id, sock).ok());
+  drive(f.io, ask());
+  CHECK(f.door->counters().refused_total == 2);
+  // Replaced behind the door's back (as after a recreate): the next sync binds again, which
+  // ends the connections of the old listener.
   std::filesystem::remove(sock);
   drive(f.io, f.door->sync(boxes));
   CHECK(std::filesystem::is_socket(sock));
+  drive(f.io, [&]() -> asio::awaitable<void> {
+    auto r = co_await kept->request(std::string("POST"), std::string("/v1/keys"), http::Headers(),
+                                    std::string("{}"), net::after(30s));
+    CHECK_FALSE(r.ok());
+  }());
+  kept.reset();  // a new connection reaches the new listener
+  drive(f.io, ask());
   auto r = f.raw(f.box, "GET", "/v1/models", {});
   // The fixture's own socket for this box was closed when sync re-opened the door elsewhere.
   CHECK_FALSE(r.ok());
