@@ -183,19 +183,8 @@ asio::awaitable<Result<json>> ControlTools::call(int64_t user_id, std::string_vi
     }
     auto op = co_await manager_.remove(user_id, ref);
     if (!op.ok()) co_return refusal(op.status(), "box " + label);
-    BoxManager::EventSink sink = [&](const OperationEvent& e) -> asio::awaitable<Status> {
-      if (progress) {
-        std::string line = fmt::format("deleting box {}: {}", label, phase_name(e.phase));
-        co_await progress(std::move(line));
-      }
-      co_return ok_status();
-    };
-    auto last = co_await manager_.follow(op->id, 0, sink);
-    if (!last.ok()) co_return refusal(last.status(), "deleting box " + label);
-    if (last->phase == Phase::kFailed)
-      co_return text_result(fmt::format("deleting box {} failed: {}", label, last->detail), true);
-    co_return text_result(fmt::format("box {} deleted", label), false,
-                          json{{"operation_id", op->id}, {"result", "done"}});
+    std::string verb = "deleting";
+    co_return co_await finish(*op, std::move(verb), label, user_id, progress);
   }
   co_return internal_error(fmt::format("tool {:?} is in the contract but not implemented", name));
 }

@@ -61,9 +61,9 @@ asio::awaitable<void> Edge::handle_mcp(http::ServerRequest& req) {
   const auto& in = req.head();
   std::string_view ref = in.path_only().substr(tools::kBoxMcpPrefix.size());
   if (ref.empty() || ref.find('/') != std::string_view::npos) {
-    co_await respond_mcp_error(
-        req, not_found(fmt::format("no MCP endpoint {}: use {}<box name or id>", in.path_only(),
-                                   tools::kBoxMcpPrefix)));
+    Status no_box = not_found(fmt::format("no MCP endpoint {}: use {}<box name or id>",
+                                          in.path_only(), tools::kBoxMcpPrefix));
+    co_await respond_mcp_error(req, no_box);
     co_return;
   }
   auto token = bearer_token(http::find_header(in.headers, "authorization"));
@@ -84,25 +84,35 @@ asio::awaitable<void> Edge::handle_mcp(http::ServerRequest& req) {
   http::RequestHead head = in;
   head.path = std::string(tools::kAgentMcpPath);
   if (auto q = in.path.find('?'); q != std::string::npos) head.path += in.path.substr(q);
+  // A POST is an attached client while it runs; a GET stream stays open as long as the MCP
+  // client does, and must not keep the box from idling out.
+  co_await relay_to_box(req, box, *conn, std::move(head), in.method == "POST");
+}
+
+asio::awaitable<void> Edge::relay_to_box(http::ServerRequest& req, const Box& box,
+                                         http::H2Connection& conn, http::RequestHead head,
+                                         bool attach) {
+  // The user's token never reaches the box; a client cannot supply its own credential.
   std::erase_if(head.headers, [](const http::Header& h) {
     return h.name == "authorization" || h.name == "x-cocoonbox-credential" ||
            h.name == "x-cocoonbox-box";
   });
   head.headers.push_back(
       http::Header{std::string("x-cocoonbox-credential"), manager_.credential(box)});
-  const bool attach = in.method == "POST";
   ++counters_.streams_total;
   ++counters_.streams_open;
   if (attach) manager_.attach(box.id);
   http::RelayStats stats;
-  Status st = co_await http::relay(req, *conn, head, &stats);
+  Status st = co_await http::relay(req, conn, head, &stats);
   if (attach) manager_.detach(box.id);
   --counters_.streams_open;
   counters_.bytes_to_box += stats.request_bytes;
   counters_.bytes_from_box += stats.response_bytes;
-  if (!st.ok())
-    log::debug("edge mcp relay ended",
-               {{"box", box.id}, {"method", in.method}, {"error", st.to_string()}});
+  if (!st.ok()) {
+    log::debug(
+        "edge relay ended",
+        {{"box", box.id}, {"method", head.method}, {"path", head.path}, {"error", st.to_string()}});
+  }
 }
 
 asio::awaitable<void> Edge::handle(http::ServerRequest& req) {
@@ -124,25 +134,7 @@ asio::awaitable<void> Edge::handle(http::ServerRequest& req) {
     co_return;
   }
   auto& [box, conn] = *target;
-  http::RequestHead head = in;
-  // The user's token never reaches the box; a client cannot supply its own credential.
-  std::erase_if(head.headers, [](const http::Header& h) {
-    return h.name == "authorization" || h.name == "x-cocoonbox-credential" ||
-           h.name == "x-cocoonbox-box";
-  });
-  head.headers.push_back(
-      http::Header{std::string("x-cocoonbox-credential"), manager_.credential(box)});
-  ++counters_.streams_total;
-  ++counters_.streams_open;
-  manager_.attach(box.id);
-  http::RelayStats stats;
-  Status st = co_await http::relay(req, *conn, head, &stats);
-  manager_.detach(box.id);
-  --counters_.streams_open;
-  counters_.bytes_to_box += stats.request_bytes;
-  counters_.bytes_from_box += stats.response_bytes;
-  if (!st.ok())
-    log::debug("edge relay ended", {{"box", box.id}, {"path", in.path}, {"error", st.to_string()}});
+  co_await relay_to_box(req, box, *conn, in, /*attach=*/true);
 }
 
 }  // namespace cb::api

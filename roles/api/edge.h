@@ -43,6 +43,11 @@ class Edge {
   const EdgeCounters& counters() const { return counters_; }
 
  private:
+  // Relays |req| to |box|'s agent with |head|, the user's authorization swapped for a fresh
+  // box credential; counts the stream, and the box's presence while it runs when |attach|.
+  asio::awaitable<void> relay_to_box(http::ServerRequest& req, const Box& box,
+                                     http::H2Connection& conn, http::RequestHead head, bool attach);
+
   BoxManager& manager_;
   TokenIndex& tokens_;
   EdgeCounters counters_;

@@ -65,10 +65,9 @@ enum class Source { kCompiled, kCache, kLive };
 
 class Bridge final : public mcp::ToolProvider {
  public:
-  Bridge(net::Executor executor, std::optional<client::Connection> conn, std::string login_error,
-         std::string default_box, bool no_wake)
-      : executor_(std::move(executor)),
-        conn_(std::move(conn)),
+  Bridge(std::optional<client::Connection> conn, std::string login_error, std::string default_box,
+         bool no_wake)
+      : conn_(std::move(conn)),
         login_error_(std::move(login_error)),
         default_box_(std::move(default_box)),
         no_wake_(no_wake),
@@ -194,7 +193,6 @@ class Bridge final : public mcp::ToolProvider {
       o.client_info.name = "cocoonbox-bridge";
       o.client_info.version = COCOONBOX_BRIDGE_VERSION;
       slot = mcp::Client::over_h2(h2_, std::move(o));
-      mcp::Client* raw = slot.get();
       slot->set_notification_handler([this, path](const mcp::Message& m) -> asio::awaitable<void> {
         if (m.method == mcp::kToolsListChanged) {
           if (path == tools::kControlMcpPath)
@@ -203,7 +201,6 @@ class Bridge final : public mcp::ToolProvider {
             box_stale_ = true;
         }
       });
-      (void)raw;
     }
     if (!slot->initialized()) {
       auto init = co_await slot->initialize(net::after(30s));
@@ -259,7 +256,10 @@ class Bridge final : public mcp::ToolProvider {
     // Built field by field: gcc 12 rejects braced JSON with literals in a coroutine body.
     Json args = Json::object();
     args["box"] = box;
-    auto r = co_await (*client)->call_tool("box_status", args, {});
+    // Named: gcc 12 destroys a braced temporary passed by value to a coroutine twice.
+    const mcp::CallOptions plain;
+    const std::string tool = "box_status";
+    auto r = co_await (*client)->call_tool(tool, args, plain);
     if (!r.ok()) co_return r.status();
     if (r->is_error) {
       std::string text;
@@ -310,7 +310,8 @@ class Bridge final : public mcp::ToolProvider {
   asio::awaitable<void> refresh_control() {
     auto client = co_await client_for(std::string(tools::kControlMcpPath));
     if (!client.ok()) co_return;
-    auto list = co_await (*client)->list_all_tools({});
+    const mcp::CallOptions plain;
+    auto list = co_await (*client)->list_all_tools(plain);
     if (!list.ok()) co_return;
     if (tools_json(*list) != tools_json(control_tools_)) {
       control_tools_ = std::move(*list);
@@ -322,7 +323,8 @@ class Bridge final : public mcp::ToolProvider {
     if (id.empty()) co_return;
     auto client = co_await client_for(std::string(tools::kBoxMcpPrefix) + id);
     if (!client.ok()) co_return;
-    auto list = co_await (*client)->list_all_tools({});
+    const mcp::CallOptions plain;
+    auto list = co_await (*client)->list_all_tools(plain);
     if (!list.ok()) co_return;
     box_stale_ = false;
     box_source_ = Source::kLive;
@@ -338,7 +340,6 @@ class Bridge final : public mcp::ToolProvider {
     if (server_ != nullptr) server_->notify_tools_list_changed();
   }
 
-  net::Executor executor_;
   std::optional<client::Connection> conn_;
   std::string login_error_;
   std::string default_box_;
@@ -419,7 +420,7 @@ int run(std::span<char* const> args) {
   }
   if (!login_error.empty()) log::warn("bridge: no api", {{"why", login_error}});
 
-  Bridge bridge(io.get_executor(), std::move(conn), login_error, box, no_wake);
+  Bridge bridge(std::move(conn), login_error, box, no_wake);
   mcp::ServerOptions options;
   options.info.name = "cocoonbox";
   options.info.title = "cocoonbox";
@@ -437,7 +438,8 @@ int run(std::span<char* const> args) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        Status st = co_await mcp::serve_stdio(server, io.get_executor(), {});
+        const mcp::StdioOptions stdio;
+        Status st = co_await mcp::serve_stdio(server, io.get_executor(), stdio);
         if (!st.ok()) {
           log::error("bridge: stdio", {{"error", st.to_string()}});
           rc = 1;
