@@ -64,6 +64,13 @@ int run_agent(const Flags& flags) {
   config.data_dir = flags.data_dir;
   config.exec.desktop_user = flags.desktop_user;
   config.exec.workspace = flags.workspace;
+  config.agents.model_endpoint = flags.model_endpoint;
+  config.agents.main.name = flags.model;
+  config.agents.main.wire =
+      flags.model_wire == "anthropic" ? model::Wire::kAnthropic : model::Wire::kOpenAi;
+  config.agents.main.vision = flags.model_vision;
+  config.agents.main.context_tokens = flags.model_context_tokens;
+  config.agents.max_steps = flags.max_steps;
   auto agent = Agent::create(io.get_executor(), std::move(config));
   if (!agent.ok()) {
     log::error("agent failed to start", {{"error", agent.status().to_string()}});

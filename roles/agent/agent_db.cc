@@ -17,6 +17,45 @@ constexpr db::Migration kMigrations[] = {
      "  agent_version TEXT NOT NULL,\n"
      "  pid           INTEGER NOT NULL\n"
      ") STRICT;\n"},
+    // Agents (README.md §Agents): agents, turns, transcript items, and the event log that
+    // Session.Events replays (one row per durable change; items point at their event).
+    {2,
+     "CREATE TABLE agents (\n"
+     "  id           TEXT PRIMARY KEY NOT NULL,\n"
+     "  name         TEXT NOT NULL,\n"
+     "  model        TEXT NOT NULL,\n"
+     "  client_nonce TEXT UNIQUE,\n"
+     "  created_ms   INTEGER NOT NULL\n"
+     ") STRICT;\n"
+     "CREATE TABLE turns (\n"
+     "  id           TEXT PRIMARY KEY NOT NULL,\n"
+     "  agent_id     TEXT NOT NULL REFERENCES agents(id),\n"
+     "  state        TEXT NOT NULL CHECK (state IN ('running','done','failed','cancelled')),\n"
+     "  error        TEXT NOT NULL DEFAULT '',\n"
+     "  client_nonce TEXT,\n"
+     "  started_ms   INTEGER NOT NULL,\n"
+     "  ended_ms     INTEGER,\n"
+     "  UNIQUE (agent_id, client_nonce)\n"
+     ") STRICT;\n"
+     "CREATE INDEX turns_by_agent ON turns(agent_id);\n"
+     "CREATE TABLE events (\n"
+     "  id       INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+     "  channel  TEXT NOT NULL CHECK (channel IN ('transcript','agents')),\n"
+     "  agent_id TEXT NOT NULL,\n"
+     "  payload  TEXT\n"
+     ") STRICT;\n"
+     "CREATE TABLE items (\n"
+     "  agent_id TEXT NOT NULL REFERENCES agents(id),\n"
+     "  seq      INTEGER NOT NULL,\n"
+     "  turn_id  TEXT NOT NULL,\n"
+     "  role     TEXT NOT NULL,\n"
+     "  kind     TEXT NOT NULL CHECK (kind IN ('text','tool_call','tool_result','error')),\n"
+     "  payload  TEXT NOT NULL,\n"
+     "  at_ms    INTEGER NOT NULL,\n"
+     "  event_id INTEGER NOT NULL UNIQUE REFERENCES events(id),\n"
+     "  PRIMARY KEY (agent_id, seq)\n"
+     ") STRICT;\n"
+     "CREATE INDEX items_by_turn ON items(turn_id);\n"},
 };
 
 }  // namespace

@@ -114,12 +114,14 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       box_key_(std::move(box_key)),
       identity_(config_.identity_path, *config_.clock),
       exec_(executor_, config_.exec),
-      session_(box_key_.public_key(), identity_, exec_),
+      session_(box_key_.public_key(), identity_, exec_, agents_),
       box_tools_(executor_, config_.exec),
       box_mcp_tools_(box_tools_),
       mcp_server_(mcp_options(), box_mcp_tools_),
-      mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)) {
+      mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)),
+      agents_(executor_, *db_, box_tools_, config_.agents, *config_.clock, *config_.random) {
   grpc_server_.add_service(session_);
+  grpc_server_.add_service(agents_);
   // The authorizer runs on the loop for every call; |this| owns the gRPC server, so it
   // outlives every call the server routes.
   grpc_server_.set_authorizer([this](const http::RequestHead& head) {
@@ -201,6 +203,8 @@ asio::awaitable<Status> Agent::start() {
   record.pid = static_cast<int64_t>(::getpid());
   Status st = co_await record_start(*db_, std::move(record));
   if (!st.ok()) co_return st.with_prefix(std::string("agent.db"));
+  st = co_await agents_.start();
+  if (!st.ok()) co_return st.with_prefix(std::string("agent.db"));
   http_server_->start();
   log_listening(std::string("unix:") + config_.socket_path);
   if (tcp_address_) log_listening(tcp_address_->to_string());
@@ -210,6 +214,7 @@ asio::awaitable<Status> Agent::start() {
 asio::awaitable<void> Agent::shutdown(net::Deadline deadline) {
   remove_socket();
   mcp_http_.close_all();
+  co_await agents_.stop();
   co_await http_server_->shutdown(deadline);
   exec_.kill_all();
 }

@@ -22,6 +22,7 @@
 #include "mcp/http_server.h"
 #include "mcp/server.h"
 #include "net/asio.h"
+#include "roles/agent/agents_service.h"
 #include "roles/agent/box_mcp.h"
 #include "roles/agent/box_tools.h"
 #include "roles/agent/exec_service.h"
@@ -44,7 +45,8 @@ struct AgentConfig {
   std::filesystem::path data_dir;
   const Clock* clock = &system_clock();               // credential expiry, agent_starts
   crypto::Random* random = &crypto::system_random();  // the box key, on first start
-  ExecConfig exec;  // Session.Exec: desktop user, default cwd, kill grace
+  ExecConfig exec;      // Session.Exec: desktop user, default cwd, kill grace
+  AgentsConfig agents;  // Agents: the models and the loop's limits
 };
 
 class Agent {
@@ -93,6 +95,8 @@ class Agent {
   BoxMcpTools box_mcp_tools_;
   mcp::Server mcp_server_;
   mcp::HttpServerTransport mcp_http_;
+  // Agents and the model loop; uses box_tools_ and db_.
+  AgentsService agents_;
   // Declared in this order so the HTTP server goes first, then the router it uses, then the
   // gRPC server the router's routes point into, then the service.
   grpc::Server grpc_server_;

@@ -588,7 +588,11 @@ asio::awaitable<ToolResult> BoxTools::shell(const ExecUser& user, const json& ar
       co_await ((drain(process->stdout_pipe(), out) && drain(process->stderr_pipe(), err)) ||
                 timer.async_wait());
   const bool timed_out = finished.index() == 1;
-  if (timed_out) (void)process->kill_group();
+  // A cancelled call (the agent loop's Cancel) kills the command too, so nothing it started
+  // outlives the turn.
+  const bool call_cancelled =
+      (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none;
+  if (timed_out || call_cancelled) (void)process->kill_group();
   auto status = co_await process->wait();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - began)

@@ -100,6 +100,24 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
                  "Session.Exec's default working directory (the user's home when it does not "
                  "exist)")
       ->capture_default_str();
+  app.add_option("--model", flags.model,
+                 "the agents' main model, as the gateway names it (no default: without it Send "
+                 "is refused)");
+  app.add_option("--model-wire", flags.model_wire, "the main model's wire: openai | anthropic")
+      ->check(CLI::IsMember({"openai", "anthropic"}))
+      ->capture_default_str();
+  app.add_flag("--model-vision", flags.model_vision,
+               "the main model sees images (else tool-result images become a text note)");
+  app.add_option("--model-context-tokens", flags.model_context_tokens,
+                 "the main model's context window in tokens")
+      ->check(CLI::Range(int64_t{1024}, int64_t{100000000}))
+      ->capture_default_str();
+  app.add_option("--model-endpoint", flags.model_endpoint,
+                 "the model door (default unix:$COCOONBOX_RUN_DIR/model.sock when set, else "
+                 "unix:/run/cocoonbox/model.sock); http(s)://HOST[:PORT] for tests");
+  app.add_option("--max-steps", flags.max_steps, "model calls per agent turn at most")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
@@ -141,6 +159,12 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
     data_dir = std::move(*dir);
   }
   flags.data_dir = std::move(data_dir);
+  if (flags.model_endpoint.empty()) {
+    const char* run_dir = std::getenv("COCOONBOX_RUN_DIR");
+    flags.model_endpoint = run_dir != nullptr && run_dir[0] == '/'
+                               ? fmt::format("unix:{}/model.sock", run_dir)
+                               : std::string("unix:/run/cocoonbox/model.sock");
+  }
   return flags;
 }
 

@@ -51,6 +51,15 @@ struct Flags {
   std::string data_dir;                  // resolved: never empty in a returned Flags
   std::string desktop_user = "user";     // Session.Exec runs as this account (agent as root)
   std::string workspace = "/workspace";  // Session.Exec's default working directory
+  // Agents' main model (README.md §Agents). Empty name: no model, Send is refused.
+  std::string model;
+  std::string model_wire = "openai";  // "openai" | "anthropic"
+  bool model_vision = false;
+  int64_t model_context_tokens = 128000;
+  // Where the model door is: default unix:$COCOONBOX_RUN_DIR/model.sock when that variable is
+  // set (a box that is not isolated), else unix:/run/cocoonbox/model.sock.
+  std::string model_endpoint;
+  int max_steps = 50;
 };
 
 // Parses |args| (args[0] is the role name). Returns the Flags, or the exit status after

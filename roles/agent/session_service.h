@@ -13,6 +13,7 @@
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "crypto/credential.h"
 #include "crypto/keys.h"
+#include "roles/agent/agents_service.h"
 #include "roles/agent/exec_service.h"
 #include "roles/agent/identity.h"
 
@@ -21,7 +22,8 @@
 namespace cb::agent {
 
 // What this agent can do, as Hello reports it; grows with the agent.
-inline constexpr std::string_view kCapabilities[] = {"session.hello", "session.exec"};
+inline constexpr std::string_view kCapabilities[] = {"session.hello", "session.exec",
+                                                     "session.events", "agents"};
 
 // The Hello answer of a box with |box_public_key| and |identity|.
 cocoonbox::agent::v1::HelloResponse make_hello(const crypto::X25519PublicKey& box_public_key,
@@ -29,10 +31,10 @@ cocoonbox::agent::v1::HelloResponse make_hello(const crypto::X25519PublicKey& bo
 
 class SessionService final : public cocoonbox::agent::v1::Session::Service {
  public:
-  // |identity| and |exec| are not owned and must outlive the service.
+  // |identity|, |exec| and |agents| are not owned and must outlive the service.
   SessionService(const crypto::X25519PublicKey& box_public_key, IdentityStore& identity,
-                 ExecService& exec)
-      : box_public_key_(box_public_key), identity_(identity), exec_(exec) {}
+                 ExecService& exec, AgentsService& agents)
+      : box_public_key_(box_public_key), identity_(identity), exec_(exec), agents_(agents) {}
 
   // Errors: kUnavailable when the identity file went away after the call was authorized.
   asio::awaitable<Result<cocoonbox::agent::v1::HelloResponse>> Hello(
@@ -45,10 +47,17 @@ class SessionService final : public cocoonbox::agent::v1::Session::Service {
     return exec_.exec(ctx, reader, writer);
   }
 
+  // See AgentsService::events.
+  asio::awaitable<Status> Events(grpc::CallContext& ctx, cocoonbox::agent::v1::EventsRequest&& req,
+                                 grpc::ServerWriter<cocoonbox::agent::v1::Event>& writer) override {
+    return agents_.events(ctx, std::move(req), writer);
+  }
+
  private:
   crypto::X25519PublicKey box_public_key_;
   IdentityStore& identity_;
   ExecService& exec_;
+  AgentsService& agents_;
 };
 
 }  // namespace cb::agent

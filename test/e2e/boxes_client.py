@@ -35,7 +35,8 @@ def load():
     out = tempfile.mkdtemp(prefix="cb-e2e-pb-")
     try:
         subprocess.run(["protoc", "-I" + ROOT, "--python_out=" + out,
-                        "cocoonbox/control/v1/boxes.proto", "cocoonbox/agent/v1/session.proto"],
+                        "cocoonbox/control/v1/boxes.proto", "cocoonbox/agent/v1/agents.proto",
+                        "cocoonbox/agent/v1/session.proto"],
                        check=True)
         sys.path.insert(0, out)
         return (importlib.import_module("cocoonbox.control.v1.boxes_pb2"),

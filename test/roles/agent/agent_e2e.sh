@@ -65,7 +65,8 @@ stop_agent() {  # SIGTERM; want exit 0 and the socket gone
 
 # The client's message module, generated once.
 mkdir "$tmp/pb"
-protoc -I"$proto_root" --python_out="$tmp/pb" "$proto_root/cocoonbox/agent/v1/session.proto"
+protoc -I"$proto_root" --python_out="$tmp/pb" "$proto_root/cocoonbox/agent/v1/agents.proto" \
+  "$proto_root/cocoonbox/agent/v1/session.proto"
 
 hello() {  # hello [CREDENTIAL] -> JSON on stdout; exit status of the client
   if [[ $# -gt 0 ]]; then

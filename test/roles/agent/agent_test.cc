@@ -95,9 +95,11 @@ TEST_CASE("Agent: Hello with the edge's credential answers the box's key and ide
   CHECK(resp->box_public_key() == std::string(crypto::char_view(box_key)));
   CHECK(resp->box_public_key().size() == crypto::kX25519KeySize);
   CHECK(resp->agent_version() == CB_EXPECTED_AGENT_VERSION);
-  REQUIRE(resp->capabilities_size() == 2);
+  REQUIRE(resp->capabilities_size() == 4);
   CHECK(resp->capabilities(0) == "session.hello");
   CHECK(resp->capabilities(1) == "session.exec");
+  CHECK(resp->capabilities(2) == "session.events");
+  CHECK(resp->capabilities(3) == "agents");
   CHECK(resp->box_id() == kBox);
   CHECK(resp->wake_id() == kWake);
 }
@@ -273,7 +275,7 @@ TEST_CASE("Agent: an agent.db left by a crash reopens, and every start is record
   REQUIRE(db.status() == ok_status());
   auto version = db::schema_version(*db);
   REQUIRE(version.ok());
-  CHECK(*version == 1);
+  CHECK(*version == 2);  // migration 2: the Agents tables
   auto st = db->prepare("SELECT count(*), count(wake_id), min(wake_id) FROM agent_starts");
   REQUIRE(st.status() == ok_status());
   auto row = st->step();

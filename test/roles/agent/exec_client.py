@@ -21,9 +21,10 @@ import grpc
 
 
 def import_session_pb2(pb_dir):
-    sys.path.insert(0, os.path.join(pb_dir, "cocoonbox", "agent", "v1"))
+    # As a package: session_pb2 imports cocoonbox.agent.v1.agents_pb2.
+    sys.path.insert(0, pb_dir)
     try:
-        return importlib.import_module("session_pb2")
+        return importlib.import_module("cocoonbox.agent.v1.session_pb2")
     finally:
         sys.path.pop(0)
 

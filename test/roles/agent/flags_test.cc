@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <variant>
 #include <vector>
@@ -134,4 +135,41 @@ TEST_CASE("run: usage errors exit 2, --help and --version exit 0", "[agent][unit
 }
 
 }  // namespace
+}  // namespace cb::agent
+
+namespace cb::agent {
+
+TEST_CASE("parse_flags: the model flags, and the model door's default", "[agent][unit]") {
+  Args args({"agent", "--data-dir", "/tmp/d", "--model", "gpt-x", "--model-wire", "anthropic",
+             "--model-vision", "--model-context-tokens", "200000", "--model-endpoint",
+             "http://127.0.0.1:9", "--max-steps", "7"});
+  auto parsed = parse_flags(args.span());
+  REQUIRE(std::holds_alternative<Flags>(parsed));
+  const Flags& f = std::get<Flags>(parsed);
+  CHECK(f.model == "gpt-x");
+  CHECK(f.model_wire == "anthropic");
+  CHECK(f.model_vision);
+  CHECK(f.model_context_tokens == 200000);
+  CHECK(f.model_endpoint == "http://127.0.0.1:9");
+  CHECK(f.max_steps == 7);
+
+  ::unsetenv("COCOONBOX_RUN_DIR");
+  Args bare({"agent", "--data-dir", "/tmp/d"});
+  auto defaults = parse_flags(bare.span());
+  REQUIRE(std::holds_alternative<Flags>(defaults));
+  CHECK(std::get<Flags>(defaults).model.empty());
+  CHECK(std::get<Flags>(defaults).model_wire == "openai");
+  CHECK(std::get<Flags>(defaults).model_endpoint == "unix:/run/cocoonbox/model.sock");
+  ::setenv("COCOONBOX_RUN_DIR", "/tmp/box/run", 1);
+  auto in_box = parse_flags(bare.span());
+  ::unsetenv("COCOONBOX_RUN_DIR");
+  REQUIRE(std::holds_alternative<Flags>(in_box));
+  CHECK(std::get<Flags>(in_box).model_endpoint == "unix:/tmp/box/run/model.sock");
+
+  Args bad_wire({"agent", "--data-dir", "/tmp/d", "--model-wire", "grpc"});
+  auto bad = parse_flags(bad_wire.span());
+  REQUIRE(std::holds_alternative<int>(bad));
+  CHECK(std::get<int>(bad) == 2);
+}
+
 }  // namespace cb::agent

@@ -26,17 +26,19 @@ import grpc
 def load_session_pb2(proto_root):
     out = tempfile.mkdtemp(prefix="cb-agent-py-")
     try:
-        proto = os.path.join(proto_root, "cocoonbox", "agent", "v1", "session.proto")
-        subprocess.run(["protoc", "-I" + proto_root, "--python_out=" + out, proto], check=True)
+        protos = [os.path.join(proto_root, "cocoonbox", "agent", "v1", name)
+                  for name in ("agents.proto", "session.proto")]
+        subprocess.run(["protoc", "-I" + proto_root, "--python_out=" + out] + protos, check=True)
         return import_session_pb2(out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 def import_session_pb2(pb_dir):
-    sys.path.insert(0, os.path.join(pb_dir, "cocoonbox", "agent", "v1"))
+    # As a package: session_pb2 imports cocoonbox.agent.v1.agents_pb2.
+    sys.path.insert(0, pb_dir)
     try:
-        return importlib.import_module("session_pb2")
+        return importlib.import_module("cocoonbox.agent.v1.session_pb2")
     finally:
         sys.path.pop(0)
 

@@ -1,0 +1,569 @@
+#include "roles/agent/agents_service.h"
+
+#include "base/base64.h"
+#include "base/log.h"
+#include "crypto/hash.h"
+#include "tools/contract.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <set>
+
+namespace cb::agent {
+
+namespace pb = cocoonbox::agent::v1;
+using nlohmann::json;
+
+const std::string_view kDefaultSystemPrompt =
+    "You are the agent in the user's cocoonbox box, a persistent Linux machine. Act in the box "
+    "with the tools (shell, files); relative paths start in /workspace. Answer briefly.";
+
+namespace {
+
+constexpr int kEventBatch = 200;
+constexpr size_t kMaxQueuedDeltas = 1000;
+
+pb::TurnState turn_state(std::string_view s) {
+  if (s == "running") return pb::TURN_RUNNING;
+  if (s == "done") return pb::TURN_DONE;
+  if (s == "failed") return pb::TURN_FAILED;
+  if (s == "cancelled") return pb::TURN_CANCELLED;
+  return pb::TURN_STATE_UNSPECIFIED;
+}
+
+pb::ItemKind item_kind(std::string_view s) {
+  if (s == "text") return pb::ITEM_TEXT;
+  if (s == "tool_call") return pb::ITEM_TOOL_CALL;
+  if (s == "tool_result") return pb::ITEM_TOOL_RESULT;
+  if (s == "error") return pb::ITEM_ERROR;
+  return pb::ITEM_KIND_UNSPECIFIED;
+}
+
+pb::Agent to_proto(const AgentRow& a) {
+  pb::Agent out;
+  out.set_id(a.id);
+  out.set_name(a.name);
+  out.set_model(a.model);
+  out.set_created_unix_ms(a.created_ms);
+  if (a.last_turn) {
+    out.mutable_last_turn()->set_id(a.last_turn->id);
+    out.mutable_last_turn()->set_state(turn_state(a.last_turn->state));
+    out.mutable_last_turn()->set_error(a.last_turn->error);
+  }
+  return out;
+}
+
+pb::TranscriptItem to_proto(const ItemRow& i) {
+  pb::TranscriptItem out;
+  out.set_agent_id(i.agent_id);
+  out.set_seq(i.seq);
+  out.set_turn_id(i.turn_id);
+  out.set_role(i.role);
+  out.set_kind(item_kind(i.kind));
+  out.set_payload_json(i.payload);
+  out.set_at_unix_ms(i.at_ms);
+  return out;
+}
+
+std::vector<model::Part> parts_from_mcp(const json& content) {
+  std::vector<model::Part> parts;
+  if (!content.is_array()) return parts;
+  for (const json& block : content) {
+    const std::string type = block.value("type", "");
+    if (type == "text") {
+      parts.push_back(model::Part::text_part(block.value("text", "")));
+    } else if (type == "image") {
+      parts.push_back(
+          model::Part::image_part(block.value("mimeType", "image/png"), block.value("data", "")));
+    }
+  }
+  return parts;
+}
+
+bool cancelled_now(asio::cancellation_state cs) {
+  return cs.cancelled() != asio::cancellation_type::none;
+}
+
+}  // namespace
+
+std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
+  std::vector<model::Message> msgs;
+  auto add = [&msgs](model::Role role, model::Part part) {
+    if (msgs.empty() || msgs.back().role != role) {
+      model::Message m;
+      m.role = role;
+      msgs.push_back(std::move(m));
+    }
+    msgs.back().parts.push_back(std::move(part));
+  };
+  for (const ItemRow& item : items) {
+    json p = json::parse(item.payload, nullptr, false);
+    if (!p.is_object()) continue;
+    if (item.kind == "text" && item.role == "user") {
+      add(model::Role::kUser, model::Part::text_part(p.value("text", "")));
+      if (p.contains("attachments") && p["attachments"].is_array()) {
+        for (const json& a : p["attachments"]) {
+          const std::string type = a.value("media_type", "");
+          if (type.rfind("image/", 0) == 0) {
+            add(model::Role::kUser, model::Part::image_part(type, a.value("data", "")));
+          } else {
+            auto text = base64_decode(a.value("data", ""));
+            add(model::Role::kUser,
+                model::Part::text_part(fmt::format("Attachment {}:\n{}", a.value("name", ""),
+                                                   text.ok() ? *text : std::string())));
+          }
+        }
+      }
+    } else if (item.kind == "text" && item.role == "assistant") {
+      add(model::Role::kAssistant, model::Part::text_part(p.value("text", "")));
+    } else if (item.kind == "tool_call") {
+      add(model::Role::kAssistant,
+          model::Part::tool_call_part(p.value("id", ""), p.value("name", ""),
+                                      p.value("arguments", "{}")));
+    } else if (item.kind == "tool_result") {
+      add(model::Role::kUser,
+          model::Part::tool_result_part(p.value("id", ""),
+                                        parts_from_mcp(p.value("content", json::array())),
+                                        p.value("is_error", false)));
+    }
+  }
+  // Every tool call must be answered in the next message (both wires refuse otherwise); a
+  // cancelled or crashed turn may have left some unanswered.
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (msgs[i].role != model::Role::kAssistant) continue;
+    std::vector<std::string> missing;
+    std::set<std::string> answered;
+    if (i + 1 < msgs.size()) {
+      for (const auto& part : msgs[i + 1].parts) {
+        if (part.kind == model::PartKind::kToolResult) answered.insert(part.id);
+      }
+    }
+    for (const model::Part* call : msgs[i].tool_calls()) {
+      if (!answered.count(call->id)) missing.push_back(call->id);
+    }
+    if (missing.empty()) continue;
+    if (i + 1 >= msgs.size()) break;  // the last message: the loop answers it
+    for (const std::string& id : missing) {
+      msgs[i + 1].parts.insert(
+          msgs[i + 1].parts.begin(),
+          model::Part::tool_result_part(
+              id, {model::Part::text_part("the tool call was interrupted (the turn ended)")},
+              true));
+    }
+  }
+  return msgs;
+}
+
+std::vector<model::ToolDef> box_tool_defs() {
+  std::vector<model::ToolDef> defs;
+  for (const json& t : tools::box_tools()) {
+    model::ToolDef d;
+    d.name = t.value("name", "");
+    d.description = t.value("description", "");
+    d.input_schema = t.value("inputSchema", json::object());
+    defs.push_back(std::move(d));
+  }
+  return defs;
+}
+
+struct AgentsService::Running {
+  explicit Running(net::Executor ex) : ended(std::move(ex)) {
+    ended.expires_at(net::Deadline::max());
+  }
+  std::string turn_id;
+  asio::cancellation_signal signal;
+  net::Timer ended;  // cancelled when the turn has ended
+  bool done = false;
+};
+
+struct AgentsService::Subscriber {
+  explicit Subscriber(net::Executor ex) : wake(std::move(ex)) {}
+  net::Timer wake;
+  bool pending = false;
+  bool want_deltas = true;
+  std::string agent_filter;
+  std::deque<pb::Event> deltas;
+};
+
+AgentsService::AgentsService(net::Executor executor, db::Worker& db, BoxTools& tools,
+                             AgentsConfig config, const Clock& clock, crypto::Random& random)
+    : executor_(std::move(executor)),
+      db_(db),
+      tools_(tools),
+      config_(std::move(config)),
+      clock_(clock),
+      random_(random) {
+  if (config_.system_prompt.empty()) config_.system_prompt = std::string(kDefaultSystemPrompt);
+}
+
+AgentsService::~AgentsService() = default;
+
+int64_t AgentsService::now_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now().time_since_epoch())
+      .count();
+}
+
+std::string AgentsService::new_id(std::string_view prefix) {
+  uint8_t bytes[8];
+  random_.fill(bytes);
+  return std::string(prefix) + crypto::hex_encode(std::span<const uint8_t>(bytes));
+}
+
+void AgentsService::notify() {
+  for (Subscriber* s : subscribers_) {
+    s->pending = true;
+    s->wake.cancel();
+  }
+}
+
+void AgentsService::publish_delta(const std::string& agent_id, const std::string& turn_id,
+                                  const std::string& text) {
+  for (Subscriber* s : subscribers_) {
+    if (!s->want_deltas) continue;
+    if (!s->agent_filter.empty() && s->agent_filter != agent_id) continue;
+    if (s->deltas.size() >= kMaxQueuedDeltas) s->deltas.pop_front();
+    pb::Event ev;
+    ev.set_channel("transcript");
+    ev.mutable_delta()->set_agent_id(agent_id);
+    ev.mutable_delta()->set_turn_id(turn_id);
+    ev.mutable_delta()->set_text(text);
+    s->deltas.push_back(std::move(ev));
+    s->pending = true;
+    s->wake.cancel();
+  }
+}
+
+asio::awaitable<Status> AgentsService::start() {
+  const int64_t now = now_ms();
+  auto failed = co_await db_.run([now](db::Database& d) { return fail_running_turns(d, now); });
+  if (!failed.ok()) co_return failed.status();
+  if (*failed > 0) log::warn("turns left running ended as failed", {{"turns", *failed}});
+  co_return ok_status();
+}
+
+asio::awaitable<void> AgentsService::stop() {
+  stopping_ = true;
+  std::vector<std::shared_ptr<Running>> turns;
+  for (auto& [agent, r] : running_) turns.push_back(r);
+  for (auto& r : turns) r->signal.emit(asio::cancellation_type::terminal);
+  for (auto& r : turns) {
+    if (!r->done) co_await r->ended.async_wait();
+  }
+  for (Subscriber* s : subscribers_) s->wake.cancel();
+}
+
+asio::awaitable<Result<pb::Agent>> AgentsService::Create(grpc::CallContext&,
+                                                         pb::CreateAgentRequest&& req) {
+  std::string id = new_id("ag_");
+  std::string name = req.name().empty() ? std::string("agent") : req.name();
+  const std::string model = config_.main.name;
+  const std::string nonce = req.client_nonce();
+  const int64_t now = now_ms();
+  auto row = co_await db_.run(
+      [&](db::Database& d) { return create_agent(d, id, name, model, nonce, now); });
+  if (!row.ok()) co_return row.status();
+  notify();
+  co_return to_proto(*row);
+}
+
+asio::awaitable<Result<pb::ListAgentsResponse>> AgentsService::List(grpc::CallContext&,
+                                                                    pb::ListAgentsRequest&&) {
+  auto rows = co_await db_.run([](db::Database& d) { return list_agents(d); });
+  if (!rows.ok()) co_return rows.status();
+  pb::ListAgentsResponse out;
+  for (const AgentRow& a : *rows) *out.add_agents() = to_proto(a);
+  co_return out;
+}
+
+asio::awaitable<Result<pb::SendAccepted>> AgentsService::Send(grpc::CallContext&,
+                                                              pb::SendRequest&& req) {
+  if (stopping_) co_return unavailable("the agent is stopping");
+  if (req.prompt().empty() && req.attachments_size() == 0)
+    co_return invalid_argument("prompt: empty (and no attachments)");
+  json payload = {{"text", req.prompt()}};
+  if (req.attachments_size() > 0) {
+    json atts = json::array();
+    for (const auto& a : req.attachments()) {
+      atts.push_back({{"name", a.name()},
+                      {"media_type", a.media_type()},
+                      {"bytes", a.data().size()},
+                      {"data", base64_encode(a.data())}});
+    }
+    payload["attachments"] = std::move(atts);
+  }
+  const std::string agent_id = req.agent_id();
+  const std::string turn_id = new_id("tu_");
+  const std::string nonce = req.client_nonce();
+  const std::string text = payload.dump();
+  const int64_t now = now_ms();
+  const bool have_model = !config_.main.name.empty();
+  if (!have_model) co_return failed_precondition("no model configured (agent --model)");
+  auto started = co_await db_.run(
+      [&](db::Database& d) { return start_turn(d, agent_id, turn_id, nonce, text, now); });
+  if (!started.ok()) co_return started.status();
+  pb::SendAccepted out;
+  out.set_turn_id(started->turn_id);
+  out.set_seq(started->seq);
+  if (started->existing) co_return out;
+  notify();
+  auto running = std::make_shared<Running>(executor_);
+  running->turn_id = turn_id;
+  running_[agent_id] = running;
+  asio::co_spawn(
+      executor_, run_turn(agent_id, turn_id),
+      // The handler keeps |running| (and so the signal behind the slot) alive
+      // until the coroutine has completed.
+      asio::bind_cancellation_slot(running->signal.slot(), [running](std::exception_ptr) {}));
+  co_return out;
+}
+
+asio::awaitable<Result<pb::TranscriptPage>> AgentsService::Transcript(grpc::CallContext&,
+                                                                      pb::TranscriptRequest&& req) {
+  int limit = req.limit() <= 0 ? 200 : std::min(req.limit(), 1000);
+  const std::string agent_id = req.agent_id();
+  const int64_t after = req.after_seq();
+  auto items = co_await db_.run([&](db::Database& d) -> Result<std::vector<ItemRow>> {
+    ASSIGN_OR_RETURN(auto agent, find_agent(d, agent_id));
+    if (!agent) return not_found(fmt::format("agent {} not found", agent_id));
+    return transcript_after(d, agent_id, after, limit + 1);
+  });
+  if (!items.ok()) co_return items.status();
+  pb::TranscriptPage page;
+  for (size_t i = 0; i < items->size() && i < static_cast<size_t>(limit); ++i) {
+    *page.add_items() = to_proto((*items)[i]);
+  }
+  page.set_more(items->size() > static_cast<size_t>(limit));
+  co_return page;
+}
+
+asio::awaitable<Result<pb::CancelResponse>> AgentsService::Cancel(grpc::CallContext&,
+                                                                  pb::AgentRef&& req) {
+  pb::CancelResponse out;
+  auto it = running_.find(req.agent_id());
+  if (it == running_.end()) {
+    const std::string agent_id = req.agent_id();
+    auto agent = co_await db_.run([&](db::Database& d) { return find_agent(d, agent_id); });
+    if (!agent.ok()) co_return agent.status();
+    if (!*agent) co_return not_found(fmt::format("agent {} not found", agent_id));
+    co_return out;
+  }
+  std::shared_ptr<Running> r = it->second;
+  out.set_turn_id(r->turn_id);
+  r->signal.emit(asio::cancellation_type::terminal);
+  if (!r->done) co_await r->ended.async_wait();
+  co_return out;
+}
+
+asio::awaitable<Result<ItemRow>> AgentsService::append(const std::string& agent_id,
+                                                       const std::string& turn_id,
+                                                       std::string_view role, std::string_view kind,
+                                                       const std::string& payload) {
+  const int64_t now = now_ms();
+  auto item = co_await db_.run(
+      [&](db::Database& d) { return append_item(d, agent_id, turn_id, role, kind, payload, now); });
+  if (item.ok()) notify();
+  co_return item;
+}
+
+asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string turn_id) {
+  co_await asio::this_coro::throw_if_cancelled(false);
+  Status st = ok_status();
+  try {
+    st = co_await loop(agent_id, turn_id);
+  } catch (const std::exception& e) {
+    st = internal_error(fmt::format("agent loop: {}", e.what()));
+  }
+  const bool was_cancelled =
+      cancelled_now(co_await asio::this_coro::cancellation_state) || st.code() == Code::kCancelled;
+  co_await asio::this_coro::reset_cancellation_state();
+  std::string state = "done";
+  std::string error;
+  if (was_cancelled) {
+    state = stopping_ ? "failed" : "cancelled";
+    error = stopping_ ? "agent stopped" : "cancelled by the user";
+  } else if (!st.ok()) {
+    state = "failed";
+    error = std::string(st.message());
+  }
+  if (state != "done") {
+    const std::string payload = json{{"message", error}}.dump();
+    auto item = co_await append(agent_id, turn_id, "system", "error", payload);
+    if (!item.ok()) log::warn("agent turn: error item", {{"error", item.status().to_string()}});
+  }
+  const int64_t now = now_ms();
+  Status ended =
+      co_await db_.run([&](db::Database& d) { return end_turn(d, turn_id, state, error, now); });
+  if (!ended.ok()) log::warn("agent turn: end", {{"error", ended.to_string()}});
+  log::info("agent turn ended", {{"agent", agent_id}, {"turn", turn_id}, {"state", state}});
+  notify();
+  auto it = running_.find(agent_id);
+  if (it != running_.end() && it->second->turn_id == turn_id) {
+    it->second->done = true;
+    it->second->ended.cancel();
+    running_.erase(it);
+  }
+}
+
+asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
+                                            const std::string& turn_id) {
+  auto endpoint = model::parse_endpoint(config_.model_endpoint);
+  if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
+  model::Client client(executor_, std::move(*endpoint));
+  auto items = co_await db_.run(
+      [&](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
+  if (!items.ok()) co_return items.status();
+  model::Request request;
+  request.system = config_.system_prompt;
+  request.tools = box_tool_defs();
+  request.max_tokens = config_.max_tokens;
+  request.messages = conversation_from_transcript(*items);
+
+  for (int step = 0; step < config_.max_steps; ++step) {
+    // A Cancel that came while no cancellable operation was pending (a database write) is
+    // only recorded in the state: look before each model call and each tool.
+    if (cancelled_now(co_await asio::this_coro::cancellation_state))
+      co_return cancelled("cancelled");
+    model::CallOptions options;
+    options.on_delta = [this, &agent_id, &turn_id](const model::Delta& d) {
+      if (d.kind == model::Delta::Kind::kText) publish_delta(agent_id, turn_id, d.text);
+    };
+    options.deadline = net::after(config_.model_call_timeout);
+    options.retry = config_.retry;
+    auto resp = co_await client.call(config_.main, request, std::move(options));
+    if (!resp.ok()) co_return resp.status();
+    if (cancelled_now(co_await asio::this_coro::cancellation_state))
+      co_return cancelled("cancelled");
+    for (const model::Part& part : resp->message.parts) {
+      std::string payload;
+      std::string kind;
+      if (part.kind == model::PartKind::kText) {
+        if (part.text.empty()) continue;
+        kind = "text";
+        payload = json{{"text", part.text}}.dump();
+      } else if (part.kind == model::PartKind::kToolCall) {
+        kind = "tool_call";
+        payload = json{{"id", part.id}, {"name", part.name}, {"arguments", part.arguments}}.dump();
+      } else {
+        continue;
+      }
+      auto item = co_await append(agent_id, turn_id, "assistant", kind, payload);
+      if (!item.ok()) co_return item.status();
+    }
+    std::vector<model::Part> calls;
+    for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
+    request.messages.push_back(std::move(resp->message));
+    if (calls.empty()) co_return ok_status();
+
+    std::vector<model::Part> results;
+    for (const model::Part& call : calls) {
+      json args =
+          json::parse(call.arguments.empty() ? std::string("{}") : call.arguments, nullptr, false);
+      ToolResult result;
+      if (args.is_discarded()) {
+        result = text_result("the arguments are not valid JSON", true);
+      } else {
+        if (cancelled_now(co_await asio::this_coro::cancellation_state))
+          co_return cancelled("cancelled");
+        auto r = co_await tools_.call(call.name, args);
+        if (cancelled_now(co_await asio::this_coro::cancellation_state)) {
+          const std::string payload = json{
+              {"id", call.id},
+              {"name", call.name},
+              {"content", text_result("cancelled").content},
+              {"is_error", true}}.dump();
+          auto item = co_await append(agent_id, turn_id, "tool", "tool_result", payload);
+          (void)item;
+          co_return cancelled("cancelled");
+        }
+        result = r.ok() ? std::move(*r) : text_result(std::string(r.status().message()), true);
+      }
+      const std::string payload = json{
+          {"id", call.id},
+          {"name", call.name},
+          {"content", result.content},
+          {"is_error",
+           result.is_error}}.dump();
+      auto item = co_await append(agent_id, turn_id, "tool", "tool_result", payload);
+      if (!item.ok()) co_return item.status();
+      results.push_back(
+          model::Part::tool_result_part(call.id, parts_from_mcp(result.content), result.is_error));
+    }
+    request.messages.push_back(model::Message::user(std::move(results)));
+  }
+  co_return resource_exhausted(
+      fmt::format("stopped after {} model steps without a final answer", config_.max_steps));
+}
+
+asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::EventsRequest req,
+                                              grpc::ServerWriter<pb::Event>& writer) {
+  co_await asio::this_coro::throw_if_cancelled(false);
+  int64_t offset = 0;
+  if (!req.from_offset_key().empty()) {
+    const std::string& k = req.from_offset_key();
+    auto [p, ec] = std::from_chars(k.data(), k.data() + k.size(), offset);
+    if (ec != std::errc() || p != k.data() + k.size() || offset < 0)
+      co_return invalid_argument(fmt::format("from_offset_key {:?} is not one of ours", k));
+  }
+  bool want_transcript = req.channels_size() == 0;
+  bool want_agents = req.channels_size() == 0;
+  for (const std::string& c : req.channels()) {
+    if (c == "transcript") {
+      want_transcript = true;
+    } else if (c == "agents") {
+      want_agents = true;
+    } else {
+      co_return invalid_argument(fmt::format("channels: unknown channel {:?}", c));
+    }
+  }
+  Subscriber sub(executor_);
+  sub.want_deltas = want_transcript && !req.no_deltas();
+  sub.agent_filter = req.agent_id();
+  subscribers_.push_back(&sub);
+  struct Unsubscribe {
+    std::list<Subscriber*>& list;
+    Subscriber* sub;
+    ~Unsubscribe() { list.remove(sub); }
+  } unsubscribe{subscribers_, &sub};
+  (void)ctx.send_initial_metadata();
+
+  while (true) {
+    sub.pending = false;
+    auto rows = co_await db_.run(
+        [offset](db::Database& d) { return events_after(d, offset, kEventBatch); });
+    if (!rows.ok()) co_return rows.status();
+    for (const EventRow& row : *rows) {
+      offset = row.id;
+      if (!req.agent_id().empty() && row.agent_id != req.agent_id()) continue;
+      pb::Event ev;
+      ev.set_offset_key(std::to_string(row.id));
+      ev.set_channel(row.channel);
+      if (row.channel == "transcript" && want_transcript && row.item) {
+        *ev.mutable_item() = to_proto(*row.item);
+      } else if (row.channel == "agents" && want_agents && row.agent) {
+        *ev.mutable_agent() = to_proto(*row.agent);
+      } else {
+        continue;
+      }
+      Status w = co_await writer.write(ev);
+      if (!w.ok()) co_return w;
+    }
+    if (rows->size() == static_cast<size_t>(kEventBatch)) continue;
+    while (!sub.deltas.empty()) {
+      pb::Event ev = std::move(sub.deltas.front());
+      sub.deltas.pop_front();
+      ev.set_offset_key(std::to_string(offset));
+      Status w = co_await writer.write(ev);
+      if (!w.ok()) co_return w;
+    }
+    if (sub.pending) continue;
+    if (stopping_) co_return ok_status();
+    sub.wake.expires_at(net::Deadline::max());
+    co_await sub.wake.async_wait();
+    if (cancelled_now(co_await asio::this_coro::cancellation_state) || ctx.cancelled())
+      co_return cancelled("client went away");
+  }
+}
+
+}  // namespace cb::agent

@@ -1,0 +1,113 @@
+#pragma once
+// cocoonbox.agent.v1.Agents (seed §4.4; README.md §Agents) and the event log behind
+// Session.Events (seed §4.2(a)), with the model loop that runs each turn.
+//
+// A turn: Send appends the user's message and starts the loop on the agent's executor:
+//   build the conversation from the transcript ─ call the main model through the model door
+//   (model::Client, native wire, text deltas published live) ─ append the assistant's text and
+//   tool calls ─ run each call through BoxTools, append its result ─ again, until the model
+//   answers without tool calls (done), a gateway error (failed, the message in the
+//   transcript), the step cap (failed), or Cancel (cancelled: the model stream is closed and
+//   the running tool's process group killed).
+// Every change is written to agent.db (agents_store.h) before it is announced; Events
+// subscribers are woken and read the log from their offset, so nothing is lost or repeated.
+//
+// Affinity: the agent's io_context; SQL runs on the db worker.
+
+#include "base/clock.h"
+#include "base/result.h"
+#include "cocoonbox/agent/v1/agents.cbgrpc.h"
+#include "crypto/random.h"
+#include "db/worker.h"
+#include "model/client.h"
+#include "model/conversation.h"
+#include "net/asio.h"
+#include "roles/agent/agents_store.h"
+#include "roles/agent/box_tools.h"
+
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cb::agent {
+
+inline constexpr std::string_view kDefaultModelDoor = "unix:/run/cocoonbox/model.sock";
+
+// The models the agent uses (per role; only |main| today) and the loop's limits.
+struct AgentsConfig {
+  std::string model_endpoint = std::string(kDefaultModelDoor);  // model::parse_endpoint()
+  model::ModelInfo main;      // name empty: Send is FAILED_PRECONDITION ("no model configured")
+  std::string system_prompt;  // empty: kDefaultSystemPrompt
+  int max_steps = 50;         // model calls per turn
+  int max_tokens = 4096;
+  model::RetryPolicy retry;
+  std::chrono::milliseconds model_call_timeout{std::chrono::minutes(10)};
+};
+
+extern const std::string_view kDefaultSystemPrompt;
+
+// The conversation a transcript stands for (errors left out; tool calls a cancelled or
+// crashed turn never answered get an error result, as both wires require an answer).
+std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items);
+
+// The box tools' contract as model tool definitions.
+std::vector<model::ToolDef> box_tool_defs();
+
+class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
+ public:
+  // |db| and |tools| are not owned and must outlive the service.
+  AgentsService(net::Executor executor, db::Worker& db, BoxTools& tools, AgentsConfig config,
+                const Clock& clock, crypto::Random& random);
+  ~AgentsService() override;
+
+  // Ends the turns a crashed agent left running (failed, "agent restarted").
+  asio::awaitable<Status> start();
+  // Cancels every running turn (they end as failed, "agent stopped") and waits for them.
+  asio::awaitable<void> stop();
+
+  asio::awaitable<Result<cocoonbox::agent::v1::Agent>> Create(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::CreateAgentRequest&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::ListAgentsResponse>> List(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::ListAgentsRequest&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::SendAccepted>> Send(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::SendRequest&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::TranscriptPage>> Transcript(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::TranscriptRequest&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::CancelResponse>> Cancel(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::AgentRef&& req) override;
+
+  // Session.Events: the log after req.from_offset_key, then live until the client goes away.
+  // Errors: kInvalidArgument (bad offset key or channel), the writer's.
+  asio::awaitable<Status> events(grpc::CallContext& ctx, cocoonbox::agent::v1::EventsRequest req,
+                                 grpc::ServerWriter<cocoonbox::agent::v1::Event>& writer);
+
+ private:
+  struct Running;
+  struct Subscriber;
+
+  asio::awaitable<void> run_turn(std::string agent_id, std::string turn_id);
+  asio::awaitable<Status> loop(const std::string& agent_id, const std::string& turn_id);
+  asio::awaitable<Result<ItemRow>> append(const std::string& agent_id, const std::string& turn_id,
+                                          std::string_view role, std::string_view kind,
+                                          const std::string& payload);
+  void notify();
+  void publish_delta(const std::string& agent_id, const std::string& turn_id,
+                     const std::string& text);
+  std::string new_id(std::string_view prefix);
+  int64_t now_ms() const;
+
+  net::Executor executor_;
+  db::Worker& db_;
+  BoxTools& tools_;
+  AgentsConfig config_;
+  const Clock& clock_;
+  crypto::Random& random_;
+  std::map<std::string, std::shared_ptr<Running>> running_;  // by agent id
+  std::list<Subscriber*> subscribers_;
+  bool stopping_ = false;
+};
+
+}  // namespace cb::agent
