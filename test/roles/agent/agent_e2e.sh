@@ -117,7 +117,7 @@ out=$(hello "$cred1") || fail "Hello: $out"
 [[ $(field "$out" box_id) == "$box" ]] || fail "box_id in $out"
 [[ $(field "$out" wake_id) == wake-1 ]] || fail "wake_id in $out"
 [[ $(field "$out" agent_version) == "$version" ]] || fail "agent_version in $out, want $version"
-[[ $(field "$out" capabilities) == '["session.hello", "session.exec"]' ]] || fail "capabilities in $out"
+[[ $(field "$out" capabilities) == '["session.hello", "session.exec", "session.events", "agents"]' ]] || fail "capabilities in $out"
 key1=$(field "$out" box_public_key)
 [[ ${#key1} == 64 ]] || fail "box_public_key $key1 is not 32 bytes"
 
