@@ -265,12 +265,22 @@ TEST_CASE("box tools: shell", "[agent][tools]") {
     CHECK(r.structured["timed_out"] == true);
     CHECK(r.text().find("[timed out after 1s") != std::string::npos);
     const pid_t sleeper = std::stoi(slurp(pidfile));
-    // Killed and reaped by init (or a zombie of nobody's): either way no longer running.
-    std::string state;
-    std::ifstream stat_file("/proc/" + std::to_string(sleeper) + "/stat");
-    if (stat_file) {
-      std::string pid_s, comm;
-      stat_file >> pid_s >> comm >> state;
+    // Killed and reaped by init (or a zombie of nobody's): either way no longer running. The
+    // orphaned sleeper dies asynchronously after the group's SIGKILL (on a loaded machine it
+    // can still be exiting when the tool returns), so wait for that, for at most 10 s.
+    auto sleeper_state = [&] {
+      std::string state;
+      std::ifstream stat_file("/proc/" + std::to_string(sleeper) + "/stat");
+      if (stat_file) {
+        std::string pid_s, comm;
+        stat_file >> pid_s >> comm >> state;
+      }
+      return state;
+    };
+    std::string state = sleeper_state();
+    for (int i = 0; i < 1000 && !(state.empty() || state == "Z"); ++i) {
+      ::usleep(10'000);
+      state = sleeper_state();
     }
     CHECK((state.empty() || state == "Z"));
   }
