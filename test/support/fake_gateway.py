@@ -40,7 +40,9 @@ Control endpoints (plain JSON):
                          "body" (parsed JSON, or null), "raw_body" (when not JSON),
                          "turn" (the scripted turn it got, or null), "status" (answered),
                          "outcome": "answered" | "refused" | "cut" | "held",
-                         "client_closed": true once the client closed a held stream}
+                         "client_closed": true once the client closed a held stream,
+                         "t_accept", "t_done": time.monotonic() when the connection was
+                         accepted and when a stream's last event was sent (else null)}
   GET  /_fake/health    {"ok": true}
 
 A turn (every field optional) answers the next model request:
@@ -85,6 +87,15 @@ class State:
 
 STATE = State()
 VERBOSE = False
+# When each connection was accepted (time.monotonic(), by id of the socket), for the
+# "t_accept" of the request it carries: benchmarks subtract the fake's own time.
+ACCEPTED = {}
+ACCEPTED_LOCK = threading.Lock()
+
+
+def note_accepted(conn):
+    with ACCEPTED_LOCK:
+        ACCEPTED[id(conn)] = time.monotonic()
 
 
 def dumps(obj):
@@ -449,6 +460,11 @@ def stream_error_event(wire, error):
 # ---- the server -----------------------------------------------------------------------------
 
 class Handler(BaseHTTPRequestHandler):
+    def setup(self):
+        with ACCEPTED_LOCK:
+            self.t_accept = ACCEPTED.pop(id(self.request), None)
+        super().setup()
+
     protocol_version = "HTTP/1.1"
     server_version = "fake-gateway/1"
 
@@ -559,7 +575,8 @@ class Handler(BaseHTTPRequestHandler):
             body, raw = None, body_bytes.decode("utf-8", "replace")
         record = {"method": self.command, "path": path, "wire": wire, "headers": headers,
                   "body": body, "raw_body": raw, "turn": None, "status": None,
-                  "outcome": None, "client_closed": False}
+                  "outcome": None, "client_closed": False, "t_accept": self.t_accept,
+                  "t_done": None}
         with STATE.lock:
             record["index"] = len(STATE.requests)
             STATE.requests.append(record)
@@ -655,6 +672,7 @@ class Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 self.wfile.flush()
+                record["t_done"] = time.monotonic()
                 if turn.get("event_delay"):
                     time.sleep(turn["event_delay"])
             self.wfile.write(b"0\r\n\r\n")
@@ -682,6 +700,11 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def get_request(self):
+        conn, addr = super().get_request()
+        note_accepted(conn)
+        return conn, addr
+
     def handle_error(self, request, client_address):
         # A client that leaves mid-exchange (a cancelled call, a client that closes right after
         # the terminal event) is normal here; anything else is a bug worth a traceback.
@@ -701,6 +724,7 @@ class UnixServer(Server):
 
     def get_request(self):
         conn, _ = self.socket.accept()
+        note_accepted(conn)
         return conn, ("unix", 0)
 
 
