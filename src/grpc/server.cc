@@ -65,6 +65,7 @@ Status ServerCall::send_initial_metadata() {
 }
 
 asio::awaitable<Status> ServerCall::write(std::string_view message) {
+  if (expired_) co_return deadline_exceeded("deadline exceeded");
   if (finished_) co_return failed_precondition("write after the call finished");
   if (message.size() > options_.max_send_message_size)
     co_return resource_exhausted(fmt::format("sent message larger than max ({} vs. {})",
@@ -79,7 +80,7 @@ asio::awaitable<Status> ServerCall::finish(const Status& status) {
   if (finished_) co_return ok_status();
   finished_ = true;
   if (stream_.closed()) co_return unavailable("call already ended");
-  Status st = status;
+  Status st = expired_ ? deadline_exceeded("deadline exceeded") : status;
   if (!validate_metadata(trailing_metadata_).ok() || !validate_metadata(initial_metadata_).ok()) {
     log::warn("grpc handler set invalid metadata; dropped", {{"method", method()}});
     trailing_metadata_.clear();
@@ -170,7 +171,20 @@ asio::awaitable<void> Server::serve(http::ServerRequest& req, const RawHandler* 
   } else {
     using namespace asio::experimental::awaitable_operators;
     net::Timer timer(s->executor(), deadline);
-    auto winner = co_await ((*handler)(call) || timer.async_wait());
+    // The handler runs as its own branch of the race; when the deadline wins it is cancelled,
+    // and Asio would throw at its next co_await. Turn that off for the branch so a cancelled
+    // handler can still await its cleanup (kill and reap a process, close a stream) and end
+    // normally; it sees the cancellation as operation_aborted results. The call expires the
+    // moment the deadline passes, so whatever the handler answers afterwards is not sent.
+    auto run_handler = [](const RawHandler& h, ServerCall& c) -> asio::awaitable<void> {
+      co_await asio::this_coro::throw_if_cancelled(false);
+      co_await h(c);
+    };
+    auto expire_at_deadline = [](net::Timer& t, ServerCall& c) -> asio::awaitable<void> {
+      auto [ec] = co_await t.async_wait();
+      if (!ec) c.expire();
+    };
+    auto winner = co_await (run_handler(*handler, call) || expire_at_deadline(timer, call));
     if (winner.index() == 1) (void)co_await call.finish(deadline_exceeded("deadline exceeded"));
   }
   if (!call.finished()) (void)co_await call.finish(internal_error("handler did not finish"));

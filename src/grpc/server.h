@@ -54,6 +54,10 @@ class ServerCall {
   // Idempotent: later calls are ignored.
   asio::awaitable<Status> finish(const Status& status);
   bool finished() const { return finished_; }
+  // The call's grpc-timeout ran out: from now on write() fails with kDeadlineExceeded and
+  // finish() sends DEADLINE_EXCEEDED whatever status it is given (the server calls this; a
+  // handler that is still cleaning up cannot answer late).
+  void expire() { expired_ = true; }
 
   const Metadata& client_metadata() const { return client_metadata_; }
   net::Deadline deadline() const { return deadline_; }
@@ -76,6 +80,7 @@ class ServerCall {
   bool client_done_ = false;
   bool headers_sent_ = false;
   bool finished_ = false;
+  bool expired_ = false;
   Metadata initial_metadata_;
   Metadata trailing_metadata_;
   std::string out_;

@@ -124,11 +124,14 @@ struct Probe {
   bool started = false;
   bool finished = false;
   bool saw_cancel = false;
+  bool cleaned_up = false;
 };
 
 constexpr std::string_view kSleepPath = "/cb.test.Probe/Sleep";
 
-// A unary method that sleeps 5 s unless its call is cancelled first.
+// A unary method that sleeps 5 s unless its call is cancelled first, then cleans up with one
+// more wait (as a handler that kills and reaps a process does): a cancelled handler must be
+// able to co_await its cleanup rather than have it throw.
 void add_sleep_method(Server& server, Probe& probe) {
   server.add_unary<gt::Empty, gt::Empty>(
       std::string(kSleepPath),
@@ -138,6 +141,9 @@ void add_sleep_method(Server& server, Probe& probe) {
         auto [ec] = co_await t.async_wait();
         probe.saw_cancel = ec == asio::error::operation_aborted;
         probe.finished = true;
+        net::Timer cleanup(co_await asio::this_coro::executor, net::after(1ms));
+        co_await cleanup.async_wait();
+        probe.cleaned_up = true;
         co_return gt::Empty();
       });
 }
@@ -374,6 +380,8 @@ TEST_CASE("Channel: a client deadline ends the call and cancels the server handl
     bool finished = co_await eventually([&] { return probe.finished; });
     REQUIRE(finished);
     CHECK(probe.saw_cancel);  // its 5 s sleep ended early
+    bool cleaned = co_await eventually([&] { return probe.cleaned_up; });
+    CHECK(cleaned);
     // The connection is still good.
     Status ping = co_await channel->ping(net::after(2s));
     CHECK(ping.ok());
@@ -401,6 +409,8 @@ TEST_CASE("Channel: cancel() ends the call as CANCELLED and cancels the server h
     bool finished = co_await eventually([&] { return probe.finished; });
     REQUIRE(finished);
     CHECK(probe.saw_cancel);
+    bool cleaned = co_await eventually([&] { return probe.cleaned_up; });
+    CHECK(cleaned);
   });
 }
 
@@ -424,6 +434,8 @@ TEST_CASE("Channel: dropping an unfinished call resets it and cancels the server
     bool finished = co_await eventually([&] { return probe.finished; });
     REQUIRE(finished);
     CHECK(probe.saw_cancel);
+    bool cleaned = co_await eventually([&] { return probe.cleaned_up; });
+    CHECK(cleaned);
   });
 }
 
@@ -458,6 +470,8 @@ TEST_CASE("Server: grpc-timeout alone ends a sleeping handler with DEADLINE_EXCE
     bool finished = co_await eventually([&] { return probe.finished; });
     REQUIRE(finished);
     CHECK(probe.saw_cancel);
+    bool cleaned = co_await eventually([&] { return probe.cleaned_up; });
+    CHECK(cleaned);
     (*conn)->close();
   });
 }
