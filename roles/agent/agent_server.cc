@@ -119,9 +119,11 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       box_mcp_tools_(box_tools_),
       mcp_server_(mcp_options(), box_mcp_tools_),
       mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)),
-      agents_(executor_, *db_, box_tools_, config_.agents, *config_.clock, *config_.random) {
+      agents_(executor_, *db_, box_tools_, config_.agents, *config_.clock, *config_.random),
+      state_(default_state_config(config_.exec.workspace)) {
   grpc_server_.add_service(session_);
   grpc_server_.add_service(agents_);
+  grpc_server_.add_service(state_);
   // The authorizer runs on the loop for every call; |this| owns the gRPC server, so it
   // outlives every call the server routes.
   grpc_server_.set_authorizer([this](const http::RequestHead& head) {

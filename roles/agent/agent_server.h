@@ -29,6 +29,7 @@
 #include "roles/agent/flags.h"
 #include "roles/agent/identity.h"
 #include "roles/agent/session_service.h"
+#include "roles/agent/state_service.h"
 
 #include <filesystem>
 #include <memory>
@@ -97,6 +98,8 @@ class Agent {
   mcp::HttpServerTransport mcp_http_;
   // Agents and the model loop; uses box_tools_ and db_.
   AgentsService agents_;
+  // State: saves and restores, called by the api.
+  StateService state_;
   // Declared in this order so the HTTP server goes first, then the router it uses, then the
   // gRPC server the router's routes point into, then the service.
   grpc::Server grpc_server_;
