@@ -1,0 +1,101 @@
+#include "state/prune.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
+
+namespace cb::state {
+
+namespace {
+
+constexpr std::string_view kRecordSuffix = ".record";
+constexpr std::string_view kManifestSuffix = ".manifest";
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> list_boxes(Store& store, std::string_view user) {
+  RETURN_IF_ERROR(validate_location(BoxLocation{std::string(user), "x"}));
+  const std::string prefix = user_prefix(user) + "boxes/";
+  std::vector<std::string> boxes;
+  std::string after;
+  while (true) {
+    ASSIGN_OR_RETURN(ListPage page, store.list(prefix, after, 1));
+    if (page.objects.empty()) break;
+    const std::string& key = page.objects.front().key;
+    const size_t slash = key.find('/', prefix.size());
+    if (slash == std::string::npos) {
+      after = key;  // an object right under boxes/ (not ours): step over it
+      continue;
+    }
+    boxes.push_back(key.substr(prefix.size(), slash - prefix.size()));
+    // Every key under <box>/ sorts before <box>0 ('0' follows '/', and no key character lies
+    // between them), and every other box's keys after it or before <box>/.
+    after = prefix + boxes.back() + "0";
+  }
+  // Key order puts "b.x" before "b" ('.' < '/'): sort by name.
+  std::sort(boxes.begin(), boxes.end());
+  return boxes;
+}
+
+Result<PruneResult> prune_box(Store& store, const StateKeys& keys, const BoxLocation& location,
+                              const PruneOptions& options, crypto::Random& random) {
+  RETURN_IF_ERROR(validate_location(location));
+  PruneResult result;
+
+  // 1. Decide. Both reads must succeed: a timeline that does not open is never rewritten.
+  ASSIGN_OR_RETURN(std::optional<Head> head, load_head(store, keys, location));
+  ASSIGN_OR_RETURN(Timeline timeline, load_timeline(store, keys, location));
+  if (head.has_value()) result.head = head->snapshot_id;
+  result.plan = apply_retention(timeline, result.head, options.rule, options.now);
+
+  std::set<std::string, std::less<>> named;  // what the new timeline (and the head) names
+  Timeline kept;
+  for (size_t i = 0; i < timeline.entries.size(); ++i) {
+    if (!result.plan.decisions[i].keep) continue;
+    kept.entries.push_back(timeline.entries[i]);
+    named.insert(timeline.entries[i].snapshot_id);
+  }
+  if (!result.head.empty()) named.insert(result.head);
+
+  // 2. The timeline without the dropped snapshots: the commit point.
+  if (kept.entries.size() != timeline.entries.size()) {
+    if (!options.dry_run) RETURN_IF_ERROR(store_timeline(store, keys, location, kept, random));
+    result.timeline_rewritten = true;
+  }
+
+  // 3. Records, then manifests, of every snapshot the timeline does not name.
+  ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, list_all(store, snapshots_prefix(location)));
+  const size_t base = snapshots_prefix(location).size();
+  std::vector<std::string> records, manifests;
+  for (const ObjectInfo& o : objects) {
+    std::string_view name = std::string_view(o.key).substr(base);
+    std::string_view id;
+    std::vector<std::string>* out = nullptr;
+    if (ends_with(name, kRecordSuffix)) {
+      id = name.substr(0, name.size() - kRecordSuffix.size());
+      out = &records;
+    } else if (ends_with(name, kManifestSuffix)) {
+      id = name.substr(0, name.size() - kManifestSuffix.size());
+      out = &manifests;
+    } else {
+      continue;  // not a snapshot object: not ours to delete
+    }
+    if (id.empty() || id.find('/') != std::string_view::npos || named.count(id) != 0) continue;
+    out->push_back(o.key);
+    result.deleted_bytes += o.size;
+  }
+  result.deleted = records;
+  result.deleted.insert(result.deleted.end(), manifests.begin(), manifests.end());
+  if (!options.dry_run) {
+    RETURN_IF_ERROR(delete_all(store, records));
+    RETURN_IF_ERROR(delete_all(store, manifests));
+  }
+  return result;
+}
+
+}  // namespace cb::state
