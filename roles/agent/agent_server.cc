@@ -153,6 +153,8 @@ Result<std::unique_ptr<Agent>> Agent::create(net::Executor executor, AgentConfig
     return db.status().with_prefix(fmt::format("{}/{}", config.data_dir.string(), kAgentDbFile));
   ASSIGN_OR_RETURN(crypto::X25519KeyPair box_key,
                    load_or_create_box_key(config.data_dir, *config.random));
+  if (config.agents.config_file.empty())
+    config.agents.config_file = config.data_dir / kAgentConfigFile;
   std::unique_ptr<Agent> agent(
       new Agent(std::move(executor), std::move(config), std::move(*db), std::move(box_key)));
   RETURN_IF_ERROR(agent->listen());

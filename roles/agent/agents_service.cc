@@ -156,9 +156,10 @@ std::vector<model::Message> conversation_from_transcript(const std::vector<ItemR
   return msgs;
 }
 
-std::vector<model::ToolDef> box_tool_defs() {
+std::vector<model::ToolDef> tool_defs(const json& tools) {
   std::vector<model::ToolDef> defs;
-  for (const json& t : tools::box_tools()) {
+  if (!tools.is_array()) return defs;
+  for (const json& t : tools) {
     model::ToolDef d;
     d.name = t.value("name", "");
     d.description = t.value("description", "");
@@ -167,6 +168,8 @@ std::vector<model::ToolDef> box_tool_defs() {
   }
   return defs;
 }
+
+std::vector<model::ToolDef> box_tool_defs() { return tool_defs(tools::box_tools()); }
 
 struct AgentsService::Running {
   explicit Running(net::Executor ex) : ended(std::move(ex)) {
@@ -191,7 +194,8 @@ AgentsService::AgentsService(net::Executor executor, db::Worker& db, BoxTools& t
                              AgentsConfig config, const Clock& clock, crypto::Random& random)
     : executor_(std::move(executor)),
       db_(db),
-      tools_(tools),
+      box_tool_set_(tools),
+      tool_sets_{&box_tool_set_},
       config_(std::move(config)),
       clock_(clock),
       random_(random) {
@@ -199,6 +203,22 @@ AgentsService::AgentsService(net::Executor executor, db::Worker& db, BoxTools& t
 }
 
 AgentsService::~AgentsService() = default;
+
+asio::awaitable<Result<TurnConfig>> AgentsService::turn_config() {
+  TurnConfig defaults;
+  defaults.main = config_.main;
+  defaults.summarize = config_.summarize;
+  defaults.computer = config_.computer;
+  defaults.approval_mode = config_.approval_mode;
+  defaults.system_prompt = config_.system_prompt;
+  defaults.max_steps = config_.max_steps;
+  if (config_.config_file.empty()) co_return defaults;
+  // A small file, but a read all the same: off the loop, on the db worker.
+  const std::filesystem::path path = config_.config_file;
+  auto loaded = co_await db_.run(
+      [&path, &defaults](db::Database&) { return load_agent_config(path, defaults); });
+  co_return loaded;
+}
 
 int64_t AgentsService::now_ms() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now().time_since_epoch())
@@ -258,7 +278,9 @@ asio::awaitable<Result<pb::Agent>> AgentsService::Create(grpc::CallContext&,
                                                          pb::CreateAgentRequest&& req) {
   std::string id = new_id("ag_");
   std::string name = req.name().empty() ? std::string("agent") : req.name();
-  const std::string model = config_.main.name;
+  auto tc = co_await turn_config();
+  if (!tc.ok()) co_return tc.status();
+  const std::string model = tc->main.name;
   const std::string nonce = req.client_nonce();
   const int64_t now = now_ms();
   auto row = co_await db_.run(
@@ -298,8 +320,11 @@ asio::awaitable<Result<pb::SendAccepted>> AgentsService::Send(grpc::CallContext&
   const std::string nonce = req.client_nonce();
   const std::string text = payload.dump();
   const int64_t now = now_ms();
-  const bool have_model = !config_.main.name.empty();
-  if (!have_model) co_return failed_precondition("no model configured (agent --model)");
+  auto tc = co_await turn_config();
+  if (!tc.ok()) co_return tc.status();
+  const bool have_model = !tc->main.name.empty();
+  if (!have_model)
+    co_return failed_precondition("no model configured (agent --model, or agent.json models.main)");
   auto started = co_await db_.run(
       [&](db::Database& d) { return start_turn(d, agent_id, turn_id, nonce, text, now); });
   if (!started.ok()) co_return started.status();
@@ -312,7 +337,7 @@ asio::awaitable<Result<pb::SendAccepted>> AgentsService::Send(grpc::CallContext&
   running->turn_id = turn_id;
   running_[agent_id] = running;
   asio::co_spawn(
-      executor_, run_turn(agent_id, turn_id),
+      executor_, run_turn(agent_id, turn_id, std::move(*tc)),
       // The handler keeps |running| (and so the signal behind the slot) alive
       // until the coroutine has completed.
       asio::bind_cancellation_slot(running->signal.slot(), [running](std::exception_ptr) {}));
@@ -367,11 +392,12 @@ asio::awaitable<Result<ItemRow>> AgentsService::append(const std::string& agent_
   co_return item;
 }
 
-asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string turn_id) {
+asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string turn_id,
+                                              TurnConfig tc) {
   co_await asio::this_coro::throw_if_cancelled(false);
   Status st = ok_status();
   try {
-    st = co_await loop(agent_id, turn_id);
+    st = co_await loop(agent_id, turn_id, tc);
   } catch (const std::exception& e) {
     st = internal_error(fmt::format("agent loop: {}", e.what()));
   }
@@ -406,8 +432,8 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
   }
 }
 
-asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
-                                            const std::string& turn_id) {
+asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const std::string& turn_id,
+                                            const TurnConfig& tc) {
   auto endpoint = model::parse_endpoint(config_.model_endpoint);
   if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
   model::Client client(executor_, std::move(*endpoint));
@@ -415,12 +441,18 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
       [&](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
   if (!items.ok()) co_return items.status();
   model::Request request;
-  request.system = config_.system_prompt;
-  request.tools = box_tool_defs();
+  request.system = tc.system_prompt.empty() ? std::string(kDefaultSystemPrompt) : tc.system_prompt;
+  // The tools of every set, each name routed to its set.
+  std::map<std::string, ToolSet*, std::less<>> tool_set_of;
+  for (ToolSet* set : tool_sets_) {
+    json defs = set->defs();
+    for (const json& d : defs) tool_set_of.emplace(d.value("name", ""), set);
+    for (model::ToolDef& d : tool_defs(defs)) request.tools.push_back(std::move(d));
+  }
   request.max_tokens = config_.max_tokens;
   request.messages = conversation_from_transcript(*items);
 
-  for (int step = 0; step < config_.max_steps; ++step) {
+  for (int step = 0; step < tc.max_steps; ++step) {
     // A Cancel that came while no cancellable operation was pending (a database write) is
     // only recorded in the state: look before each model call and each tool.
     if (cancelled_now(co_await asio::this_coro::cancellation_state))
@@ -431,7 +463,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
     };
     options.deadline = net::after(config_.model_call_timeout);
     options.retry = config_.retry;
-    auto resp = co_await client.call(config_.main, request, std::move(options));
+    auto resp = co_await client.call(tc.main, request, std::move(options));
     if (!resp.ok()) co_return resp.status();
     if (cancelled_now(co_await asio::this_coro::cancellation_state))
       co_return cancelled("cancelled");
@@ -466,7 +498,9 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
       } else {
         if (cancelled_now(co_await asio::this_coro::cancellation_state))
           co_return cancelled("cancelled");
-        auto r = co_await tools_.call(call.name, args);
+        auto set = tool_set_of.find(call.name);
+        Result<ToolResult> r = not_found(fmt::format("no tool named {:?}", call.name));
+        if (set != tool_set_of.end()) r = co_await set->second->call(call.name, args);
         if (cancelled_now(co_await asio::this_coro::cancellation_state)) {
           const std::string payload = json{
               {"id", call.id},
@@ -493,7 +527,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id,
     request.messages.push_back(model::Message::user(std::move(results)));
   }
   co_return resource_exhausted(
-      fmt::format("stopped after {} model steps without a final answer", config_.max_steps));
+      fmt::format("stopped after {} model steps without a final answer", tc.max_steps));
 }
 
 asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::EventsRequest req,

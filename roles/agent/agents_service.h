@@ -22,10 +22,13 @@
 #include "model/client.h"
 #include "model/conversation.h"
 #include "net/asio.h"
+#include "roles/agent/agent_config.h"
 #include "roles/agent/agents_store.h"
 #include "roles/agent/box_tools.h"
+#include "roles/agent/tool_set.h"
 
 #include <deque>
+#include <filesystem>
 #include <list>
 #include <map>
 #include <memory>
@@ -36,12 +39,17 @@ namespace cb::agent {
 
 inline constexpr std::string_view kDefaultModelDoor = "unix:/run/cocoonbox/model.sock";
 
-// The models the agent uses (per role; only |main| today) and the loop's limits.
+// The models the agent uses (per role) and the loop's limits: the defaults (from flags) of
+// what <data-dir>/agent.json may override (agent_config.h), which is re-read for every turn.
 struct AgentsConfig {
   std::string model_endpoint = std::string(kDefaultModelDoor);  // model::parse_endpoint()
-  model::ModelInfo main;      // name empty: Send is FAILED_PRECONDITION ("no model configured")
-  std::string system_prompt;  // empty: kDefaultSystemPrompt
-  int max_steps = 50;         // model calls per turn
+  model::ModelInfo main;       // name empty: Send is FAILED_PRECONDITION ("no model configured")
+  model::ModelInfo summarize;  // name empty: main
+  model::ModelInfo computer;   // name empty: main
+  std::string approval_mode = "auto";  // new agents' default: "auto" | "ask"
+  std::string system_prompt;           // empty: kDefaultSystemPrompt
+  int max_steps = 50;                  // model calls per turn
+  std::filesystem::path config_file;   // agent.json; empty: none (the fields above only)
   int max_tokens = 4096;
   model::RetryPolicy retry;
   std::chrono::milliseconds model_call_timeout{std::chrono::minutes(10)};
@@ -53,15 +61,25 @@ extern const std::string_view kDefaultSystemPrompt;
 // crashed turn never answered get an error result, as both wires require an answer).
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items);
 
+// MCP Tool objects (a JSON array) as model tool definitions.
+std::vector<model::ToolDef> tool_defs(const nlohmann::json& tools);
 // The box tools' contract as model tool definitions.
 std::vector<model::ToolDef> box_tool_defs();
 
 class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
  public:
-  // |db| and |tools| are not owned and must outlive the service.
+  // |db| and |tools| are not owned and must outlive the service. The box tools are the
+  // first tool set.
   AgentsService(net::Executor executor, db::Worker& db, BoxTools& tools, AgentsConfig config,
                 const Clock& clock, crypto::Random& random);
   ~AgentsService() override;
+
+  // Adds a tool set for the model loop (before start(); not owned, must outlive the service).
+  void add_tool_set(ToolSet& set) { tool_sets_.push_back(&set); }
+
+  // The config a turn starting now runs with: AgentsConfig under agent.json.
+  // Errors: load_agent_config()'s (kFailedPrecondition naming the bad field).
+  asio::awaitable<Result<TurnConfig>> turn_config();
 
   // Ends the turns a crashed agent left running (failed, "agent restarted").
   asio::awaitable<Status> start();
@@ -88,8 +106,9 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   struct Running;
   struct Subscriber;
 
-  asio::awaitable<void> run_turn(std::string agent_id, std::string turn_id);
-  asio::awaitable<Status> loop(const std::string& agent_id, const std::string& turn_id);
+  asio::awaitable<void> run_turn(std::string agent_id, std::string turn_id, TurnConfig tc);
+  asio::awaitable<Status> loop(const std::string& agent_id, const std::string& turn_id,
+                               const TurnConfig& tc);
   asio::awaitable<Result<ItemRow>> append(const std::string& agent_id, const std::string& turn_id,
                                           std::string_view role, std::string_view kind,
                                           const std::string& payload);
@@ -101,7 +120,8 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
 
   net::Executor executor_;
   db::Worker& db_;
-  BoxTools& tools_;
+  BoxToolSet box_tool_set_;
+  std::vector<ToolSet*> tool_sets_;
   AgentsConfig config_;
   const Clock& clock_;
   crypto::Random& random_;

@@ -5,6 +5,7 @@
 #include "cocoonbox/agent/v1/agents.cbgrpc.h"
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "grpc/client.h"
+#include "roles/agent/agent_config.h"
 #include "roles/agent/agent_db.h"
 #include "roles/agent/agents_store.h"
 #include "support/fake_gateway.h"
@@ -534,6 +535,143 @@ TEST_CASE("Agents: a turn left running by a crashed agent ends as failed on the 
   REQUIRE(items.size() == 2);
   CHECK(items[1]["_kind"] == "ITEM_ERROR");
   CHECK(items[1]["message"] == "agent restarted");
+}
+
+}  // namespace cb::agent
+
+namespace cb::agent {
+namespace {
+
+// Sends |prompt| and follows Events from |from| until the turn leaves TURN_RUNNING.
+asio::awaitable<Result<v1::SendAccepted>> send_and_wait(std::shared_ptr<grpc::Channel> channel,
+                                                        std::string credential,
+                                                        std::string agent_id, std::string prompt,
+                                                        EventsRead* events = nullptr) {
+  v1::Agents::Stub stub(channel);
+  v1::SendRequest send;
+  send.set_agent_id(agent_id);
+  send.set_prompt(prompt);
+  auto sent = co_await stub.Send(send, call_options_with(one(credential)));
+  if (!sent.ok()) co_return sent;
+  auto read = co_await read_events(channel, credential, "", "", sent->turn_id());
+  if (events != nullptr) *events = std::move(read);
+  co_return sent;
+}
+
+}  // namespace
+
+TEST_CASE("AgentConfig: agent.json fields replace the flags' defaults", "[agent][agents][unit]") {
+  TurnConfig defaults;
+  defaults.main.name = "flag-model";
+  defaults.main.wire = model::Wire::kAnthropic;
+  defaults.main.context_tokens = 1000;
+  defaults.max_steps = 9;
+  SECTION("an empty object keeps every default") {
+    auto c = parse_agent_config("{}", defaults);
+    REQUIRE(c.status() == ok_status());
+    CHECK(c->main.name == "flag-model");
+    CHECK(c->main.wire == model::Wire::kAnthropic);
+    CHECK(c->main.context_tokens == 1000);
+    CHECK(c->summarize_model().name == "flag-model");
+    CHECK(c->approval_mode == "auto");
+    CHECK(c->max_steps == 9);
+  }
+  SECTION("every field") {
+    auto c = parse_agent_config(R"({"models": {
+        "main": {"name": "m", "wire": "openai", "vision": true, "context_tokens": 64000},
+        "summarize": {"name": "s", "context_tokens": 8000},
+        "computer": {"name": "c", "wire": "anthropic", "vision": true}},
+      "approval_mode": "ask", "system_prompt": "be brief", "max_steps": 3, "later": 1})",
+                                defaults);
+    REQUIRE(c.status() == ok_status());
+    CHECK(c->main.name == "m");
+    CHECK(c->main.wire == model::Wire::kOpenAi);
+    CHECK(c->main.vision);
+    CHECK(c->main.context_tokens == 64000);
+    CHECK(c->summarize_model().name == "s");
+    CHECK(c->summarize.wire == model::Wire::kAnthropic);  // the flag's, not main's
+    CHECK(c->summarize.context_tokens == 8000);
+    CHECK(c->computer.name == "c");
+    CHECK(c->computer.vision);
+    CHECK(c->approval_mode == "ask");
+    CHECK(c->system_prompt == "be brief");
+    CHECK(c->max_steps == 3);
+  }
+  SECTION("main without a name keeps the flag's name") {
+    auto c = parse_agent_config(R"({"models": {"main": {"wire": "openai"}}})", defaults);
+    REQUIRE(c.status() == ok_status());
+    CHECK(c->main.name == "flag-model");
+    CHECK(c->main.wire == model::Wire::kOpenAi);
+  }
+  SECTION("a bad field is named") {
+    const std::pair<std::string, std::string> cases[] = {
+        {R"({"models": {"main": {"wire": "grpc"}}})", "models.main.wire"},
+        {R"({"models": {"main": {"name": ""}}})", "models.main.name"},
+        {R"({"models": {"summarize": {"vision": "yes"}}})", "models.summarize.vision"},
+        {R"({"models": {"computer": {"wire": "openai"}}})", "models.computer.name"},
+        {R"({"models": {"main": {"context_tokens": 0}}})", "models.main.context_tokens"},
+        {R"({"models": []})", "models"},
+        {R"({"approval_mode": "sometimes"})", "approval_mode"},
+        {R"({"max_steps": 0})", "max_steps"},
+        {R"({"system_prompt": 7})", "system_prompt"},
+        {R"({"models": )", "not valid JSON"},
+        {R"([1])", "must be a JSON object"},
+    };
+    for (const auto& [text, field] : cases) {
+      auto c = parse_agent_config(text, defaults);
+      INFO(text);
+      CHECK(c.status().code() == Code::kFailedPrecondition);
+      CHECK(std::string(c.status().message()).find(field) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("Agents: agent.json sets the models, applies at the next turn, a bad field fails Send",
+          "[agent][agents][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  json script = json::array();
+  script.push_back({{"wire", "anthropic"}, {"text", "one"}});
+  script.push_back({{"wire", "openai"}, {"text", "two"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  std::filesystem::create_directories(config.data_dir);
+  const std::string file = config.data_dir / "agent.json";
+  test::write_file(file, R"({"models": {"main": {"name": "file-model", "wire": "anthropic"}},
+                       "system_prompt": "from the file"})");
+  Result<v1::Agent> a = internal_error("not run");
+  Result<v1::SendAccepted> first = internal_error("not run");
+  Result<v1::SendAccepted> bad = internal_error("not run");
+  Result<v1::SendAccepted> second = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    v1::Agents::Stub stub(channel);
+    v1::CreateAgentRequest create;
+    a = co_await stub.Create(create, call_options_with(one(s.credential())));
+    if (!a.ok()) co_return;
+    first = co_await send_and_wait(channel, s.credential(), a->id(), "hi");
+    test::write_file(file, R"({"models": {"main": {"wire": "grpc"}}})");
+    bad = co_await send_and_wait(channel, s.credential(), a->id(), "hi again");
+    test::write_file(file, R"({"models": {"main": {"name": "other-model"}}})");
+    second = co_await send_and_wait(channel, s.credential(), a->id(), "and again");
+    channel->close();
+  });
+  REQUIRE(a.status() == ok_status());
+  CHECK(a->model() == "file-model");
+  REQUIRE(first.status() == ok_status());
+  CHECK(bad.status().code() == Code::kFailedPrecondition);
+  CHECK(std::string(bad.status().message()).find("models.main.wire") != std::string::npos);
+  REQUIRE(second.status() == ok_status());
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  CHECK((*reqs)[0]["wire"] == "anthropic");
+  CHECK((*reqs)[0]["body"]["model"] == "file-model");
+  CHECK((*reqs)[0]["body"]["system"].dump().find("from the file") != std::string::npos);
+  CHECK((*reqs)[1]["wire"] == "openai");  // the flag's wire again
+  CHECK((*reqs)[1]["body"]["model"] == "other-model");
 }
 
 }  // namespace cb::agent
