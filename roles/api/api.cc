@@ -11,9 +11,11 @@
 #include "roles/api/keys.h"
 #include "roles/api/machines/local.h"
 #include "roles/api/model_door.h"
+#include "roles/api/state_manager.h"
 #include "roles/api/store/admin.h"
 #include "roles/api/store/store.h"
 #include "roles/api/store/token_index.h"
+#include "state/fs_store.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -40,6 +42,8 @@ struct Config {
   std::string idle_hibernate = "30m";
   std::string gateway_url;       // the default model gateway (model_door.h)
   std::string gateway_key_file;  // its key; never on the command line itself
+  std::string state_dir;         // the filesystem store (default <data-dir>/state)
+  std::string autosave = "6h";   // save each running box this often (0 = never)
 };
 
 fs::path default_data_dir() {
@@ -115,6 +119,11 @@ int serve(const Config& cfg) {
     std::cerr << "cocoonbox api: " << idle.status().message() << "\n";
     return 2;
   }
+  auto autosave = parse_duration(cfg.autosave, "--autosave");
+  if (!autosave.ok()) {
+    std::cerr << "cocoonbox api: " << autosave.status().message() << "\n";
+    return 2;
+  }
   if (cfg.backend != "local") {
     std::cerr << "cocoonbox api: --backend " << cfg.backend
               << ": only \"local\" is built into this binary\n";
@@ -167,6 +176,17 @@ int serve(const Config& cfg) {
     }
     door_options.default_gateway = std::move(*gw);
   }
+  // The door's /cocoonbox.state/ routes go to the state manager, made below (it needs the
+  // box manager, which needs the door).
+  StateManager* state_routes_to = nullptr;
+  door_options.state_routes = [&state_routes_to](http::ServerRequest& req,
+                                                 std::string box_id) -> asio::awaitable<void> {
+    if (state_routes_to == nullptr) {
+      (void)co_await http::respond(req, 503, "text/plain", "state layer not ready\n");
+      co_return;
+    }
+    co_await state_routes_to->serve_door(req, std::move(box_id));
+  };
   ModelDoor door(io.get_executor(), **store, *master, std::move(door_options));
 
   machines::LocalOptions local_options;
@@ -188,13 +208,35 @@ int serve(const Config& cfg) {
                             "--identity", "/run/cocoonbox/identity",
                             "--data-dir", "/var/lib/cocoonbox-agent"};
   box_options.idle_hibernate = *idle;
+  // A hibernate saves the box first if it changed (state_manager.h; made below).
+  StateManager* saves_to = nullptr;
+  box_options.before_hibernate =
+      [&saves_to](const Box& box,
+                  std::shared_ptr<http::H2Connection> conn) -> asio::awaitable<void> {
+    if (saves_to != nullptr) co_await saves_to->save_before_hibernate(box, std::move(conn));
+  };
   box_options.before_boot = [&door](const Box& box, const fs::path& box_dir) {
     Status opened = door.ensure_open(box.id, box_dir / "run" / kModelDoorSocket);
     if (!opened.ok()) log::error("model door", {{"box", box.id}, {"error", opened.to_string()}});
   };
   BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);
+  // The state layer (state_manager.h): the filesystem store, by default under the data dir.
+  fs::path state_dir = cfg.state_dir.empty() ? data_dir / "state" : fs::path(cfg.state_dir);
+  auto fs_store = state::FsStore::open(state_dir);
+  if (!fs_store.ok()) {
+    std::cerr << "cocoonbox api: --state-dir " << state_dir << ": " << fs_store.status().message()
+              << "\n";
+    return 1;
+  }
+  (void)(*fs_store)->remove_temporaries();
+  StateManagerOptions state_options;
+  state_options.autosave = *autosave;
+  StateManager state_manager(io.get_executor(), **store, manager, *master, std::move(*fs_store),
+                             state_options);
+  state_routes_to = &state_manager;
+  saves_to = &state_manager;
   TokenIndex tokens(**store);
-  BoxesService boxes_service(manager, tokens, **store);
+  BoxesService boxes_service(manager, tokens, **store, &state_manager);
   Edge edge(manager, tokens);
   ControlMcp control_mcp(io.get_executor(), manager, tokens);
 
@@ -283,6 +325,7 @@ int serve(const Config& cfg) {
         // Doors for boxes that kept running across a restart, then kept in step with changes.
         asio::co_spawn(io, door.follow(manager, data_dir / "boxes"), asio::detached);
         manager.start_idle_loop();
+        state_manager.start_autosave_loop();
         server.start();
         log::info("listening", {{"endpoint", endpoint},
                                 {"data_dir", data_dir.string()},
@@ -310,6 +353,7 @@ int serve(const Config& cfg) {
         io,
         [&]() -> asio::awaitable<void> {
           manager.stop();
+          state_manager.stop();
           control_mcp.close_all();
           co_await server.shutdown(net::after(std::chrono::seconds(5)));
           io.stop();
@@ -342,6 +386,11 @@ int run(std::span<char* const> args) {
                  "file (mode 0600) with the default gateway's key");
   app.add_option("--idle-hibernate", cfg.idle_hibernate,
                  "hibernate a box with no client attached this long (0 = never)")
+      ->capture_default_str();
+  app.add_option("--state-dir", cfg.state_dir,
+                 "the filesystem store of saves (default <data-dir>/state)");
+  app.add_option("--autosave", cfg.autosave,
+                 "save each running box this often, e.g. 6h (0 = never)")
       ->capture_default_str();
   AdminOptions admin;
   add_admin_commands(app, admin);

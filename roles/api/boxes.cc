@@ -358,6 +358,14 @@ asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
 
 asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
   auto alive = alive_;
+  if (options_.before_hibernate && box.state == BoxState::kRunning) {
+    auto conn = runtime(box.id).conn;
+    if (conn && conn->accepting_streams()) {
+      co_await event(op, Phase::kBackingUp, "saving the box's files");
+      co_await options_.before_hibernate(box, conn);
+      if (!*alive) co_return;
+    }
+  }
   (void)co_await set_state(box, BoxState::kHibernating, "freezing");
   co_await event(op, Phase::kFreezing, "freezing the machine");
   drop_connection(box.id);

@@ -44,6 +44,10 @@ struct BoxManagerOptions {
   // its box_dir, whose run dir exists by then: the api makes sure the box's model door is
   // served there (model_door.h), so it is up before the agent runs.
   std::function<void(const Box&, const std::filesystem::path& box_dir)> before_boot;
+  // Called by a hibernate of a RUNNING box before the machine is frozen, with the agent's live
+  // connection: the api saves the box's files here if they changed (state_manager.h).
+  std::function<asio::awaitable<void>(const Box&, std::shared_ptr<http::H2Connection>)>
+      before_hibernate;
 };
 
 struct BoxView {

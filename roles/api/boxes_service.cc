@@ -143,4 +143,119 @@ asio::awaitable<Status> BoxesService::WatchOperation(
   co_return last.status();
 }
 
+// ---- state ----
+
+namespace {
+
+pb::TransferProgress progress_proto(const TransferCounters& c) {
+  pb::TransferProgress p;
+  p.set_files(c.files);
+  p.set_bytes(c.bytes);
+  p.set_chunks(c.chunks);
+  p.set_chunk_bytes(c.chunk_bytes);
+  return p;
+}
+
+pb::Snapshot snapshot_proto(const std::string& id, int64_t saved_at_ms, bool quiesced, bool pinned,
+                            const state::SnapshotStats& s) {
+  pb::Snapshot o;
+  o.set_id(id);
+  o.set_saved_at_ms(saved_at_ms);
+  o.set_quiesced(quiesced);
+  o.set_pinned(pinned);
+  o.set_files(s.files);
+  o.set_logical_bytes(s.logical_bytes);
+  o.set_changed_files(s.changed_files);
+  o.set_added_bytes(s.added_bytes);
+  o.set_added_chunks(s.added_chunks);
+  return o;
+}
+
+Status no_state() { return unavailable("the state layer is not configured on this api"); }
+
+}  // namespace
+
+asio::awaitable<Status> BoxesService::SaveState(grpc::CallContext& ctx, pb::SaveStateRequest&& req,
+                                                grpc::ServerWriter<pb::SaveStateEvent>& writer) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  if (state_ == nullptr) co_return no_state();
+  ProgressSink progress = [&writer](TransferCounters c) -> asio::awaitable<void> {
+    pb::SaveStateEvent ev;
+    *ev.mutable_progress() = progress_proto(c);
+    (void)co_await writer.write(ev);
+  };
+  auto saved = co_await state_->save(who.user_id, req.box(), progress);
+  if (!saved.ok()) co_return saved.status();
+  pb::SaveStateEvent ev;
+  pb::SaveResult* r = ev.mutable_result();
+  r->set_box_id(saved->box_id);
+  const state::Record& rec = saved->record;
+  *r->mutable_snapshot() =
+      snapshot_proto(rec.snapshot_id, rec.saved_at_ms, rec.quiesced, false, rec.stats);
+  r->set_uploaded_chunks(saved->uploaded_chunks);
+  r->set_files_reused(saved->files_reused);
+  for (const auto& n : saved->notes) r->add_notes(n);
+  co_return co_await writer.write(ev);
+}
+
+asio::awaitable<Result<pb::ListSnapshotsResponse>> BoxesService::ListSnapshots(
+    grpc::CallContext& ctx, pb::BoxRef&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  if (state_ == nullptr) co_return no_state();
+  std::string box_id;
+  CO_ASSIGN_OR_RETURN(auto entries, co_await state_->snapshots(who.user_id, req.box(), &box_id));
+  pb::ListSnapshotsResponse resp;
+  resp.set_box_id(box_id);
+  for (const auto& e : entries)
+    *resp.add_snapshots() =
+        snapshot_proto(e.snapshot_id, e.saved_at_ms, e.quiesced, e.pinned, e.stats);
+  co_return resp;
+}
+
+asio::awaitable<Result<pb::BrowseSnapshotResponse>> BoxesService::BrowseSnapshot(
+    grpc::CallContext& ctx, pb::BrowseSnapshotRequest&& req) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  if (state_ == nullptr) co_return no_state();
+  CO_ASSIGN_OR_RETURN(
+      auto listed, co_await state_->browse(who.user_id, req.box(), req.snapshot_id(), req.dir()));
+  pb::BrowseSnapshotResponse resp;
+  for (const auto& e : listed.entries) {
+    pb::SnapshotEntry* o = resp.add_entries();
+    o->set_path(e.path);
+    o->set_kind(static_cast<pb::EntryKind>(e.kind));
+    o->set_size(e.size);
+    o->set_mtime_ms(e.mtime_ms);
+    o->set_mode(e.mode);
+    o->set_target(e.target);
+  }
+  resp.set_truncated(listed.truncated);
+  co_return resp;
+}
+
+asio::awaitable<Status> BoxesService::RestorePaths(
+    grpc::CallContext& ctx, pb::RestorePathsRequest&& req,
+    grpc::ServerWriter<pb::RestorePathsEvent>& writer) {
+  CO_ASSIGN_OR_RETURN(auto who, principal(ctx));
+  if (state_ == nullptr) co_return no_state();
+  ProgressSink progress = [&writer](TransferCounters c) -> asio::awaitable<void> {
+    pb::RestorePathsEvent ev;
+    *ev.mutable_progress() = progress_proto(c);
+    (void)co_await writer.write(ev);
+  };
+  std::vector<std::string> paths(req.paths().begin(), req.paths().end());
+  auto done = co_await state_->restore(who.user_id, req.box(), req.snapshot_id(), std::move(paths),
+                                       req.target(), progress);
+  if (!done.ok()) co_return done.status();
+  pb::RestorePathsEvent ev;
+  pb::RestoreResult* r = ev.mutable_result();
+  r->set_box_id(done->box_id);
+  r->set_path(done->path);
+  r->set_files(done->files);
+  r->set_dirs(done->dirs);
+  r->set_symlinks(done->symlinks);
+  r->set_bytes(done->bytes);
+  r->set_chunks(done->chunks);
+  co_return co_await writer.write(ev);
+}
+
 }  // namespace cb::api

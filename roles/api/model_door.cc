@@ -490,6 +490,10 @@ asio::awaitable<Result<ModelDoor::Resolved>> ModelDoor::resolve(const std::strin
 asio::awaitable<void> ModelDoor::serve(http::ServerRequest& req, std::string box_id) {
   auto alive = alive_;
   const http::RequestHead& head = req.head();
+  if (options_.state_routes && head.path.rfind("/cocoonbox.state/", 0) == 0) {
+    co_await options_.state_routes(req, box_id);
+    co_return;
+  }
   const DoorRoute route = door_route(head.method, head.path);
   const model::Wire wire = door_wire(route, head.headers);
   if (route == DoorRoute::kNone) {

@@ -47,6 +47,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,6 +137,9 @@ struct ModelDoorOptions {
   mode_t socket_mode = 0666;
   // TLS for https gateways; when null, one with the system roots is made on first use.
   std::shared_ptr<net::TlsContext> tls;
+  // Requests whose path starts with /cocoonbox.state/ go here with the box's id (the state
+  // layer's chunk URLs, roles/api/README.md §State); unset: 404 like any other route.
+  std::function<asio::awaitable<void>(http::ServerRequest&, std::string box_id)> state_routes;
 };
 
 class ModelDoor {

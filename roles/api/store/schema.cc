@@ -109,10 +109,22 @@ CREATE TABLE model_usage (
 CREATE INDEX model_usage_day ON model_usage (day);
 )sql";
 
+// Version 4: the state layer (issue 7). Each user's state key (32 random bytes; chunk ids and
+// sealing of that user's snapshots, seed §22.5), sealed under the master key with additional
+// data naming table, row and column (README.md §State keys).
+constexpr std::string_view kV4 = R"sql(
+CREATE TABLE user_state_keys (
+  user_id       INTEGER PRIMARY KEY REFERENCES users (id),
+  key_sealed    BLOB    NOT NULL,
+  created_at_ms INTEGER NOT NULL
+);
+)sql";
+
 constexpr db::Migration kMigrations[] = {
     {1, kV1},
     {2, kV2},
     {3, kV3},
+    {4, kV4},
 };
 
 }  // namespace

@@ -964,6 +964,45 @@ Result<std::optional<UserGateway>> SyncStore::user_gateway(int64_t user_id, Mast
   return std::optional<UserGateway>(std::move(gw));
 }
 
+// -- state keys --
+
+std::string state_key_additional_data(int64_t user_id) {
+  return fmt::format("user_state_keys/{}/key_sealed", user_id);
+}
+
+Result<std::string> SyncStore::user_state_key(int64_t user_id, MasterKeyView master) {
+  ASSIGN_OR_RETURN(db::Transaction txn, db_->begin());
+  ASSIGN_OR_RETURN(db::Statement st,
+                   db_->prepare("SELECT key_sealed FROM user_state_keys WHERE user_id = ?1"));
+  RETURN_IF_ERROR(st.bind_int64(1, user_id));
+  ASSIGN_OR_RETURN(bool row, st.step());
+  if (row) {
+    auto key = crypto::open(master, crypto::char_view(st.column_blob(0)),
+                            state_key_additional_data(user_id));
+    if (!key.ok() || key->size() != 32) {
+      return data_loss(fmt::format(
+          "the state key of user {} does not open under master.key (sealed under another key, "
+          "or its row was changed outside the api)",
+          user_id));
+    }
+    return std::move(*key);
+  }
+  ASSIGN_OR_RETURN(User user, get_user(user_id));
+  (void)user;
+  std::string key(32, '\0');
+  random_->fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(key.data()), key.size()));
+  std::string sealed = crypto::seal(master, key, state_key_additional_data(user_id), *random_);
+  ASSIGN_OR_RETURN(db::Statement ins,
+                   db_->prepare("INSERT INTO user_state_keys (user_id, key_sealed, created_at_ms) "
+                                "VALUES (?1, ?2, ?3)"));
+  RETURN_IF_ERROR(ins.bind_int64(1, user_id));
+  RETURN_IF_ERROR(ins.bind_blob(2, crypto::byte_view(sealed)));
+  RETURN_IF_ERROR(ins.bind_int64(3, now_ms(*clock_)));
+  RETURN_IF_ERROR(ins.execute());
+  RETURN_IF_ERROR(txn.commit());
+  return key;
+}
+
 Status SyncStore::record_model_call(const ModelCall& call) {
   if (call.box_id.empty()) return invalid_argument("box_id: empty");
   if (call.wire.empty()) return invalid_argument("wire: empty");
@@ -1231,6 +1270,12 @@ asio::awaitable<Result<std::optional<UserGateway>>> Store::user_gateway(int64_t 
                                                                         MasterKeyView master) {
   auto r = co_await worker_->run(
       [&](db::Database& db) { return SyncStore(db, options_).user_gateway(user_id, master); });
+  co_return r;
+}
+
+asio::awaitable<Result<std::string>> Store::user_state_key(int64_t user_id, MasterKeyView master) {
+  auto r = co_await worker_->run(
+      [&](db::Database& db) { return SyncStore(db, options_).user_state_key(user_id, master); });
   co_return r;
 }
 

@@ -179,6 +179,9 @@ using MasterKeyView = std::span<const uint8_t, 32>;
 // would send the key elsewhere), no longer opens.
 std::string gateway_key_additional_data(int64_t user_id, std::string_view url);
 
+// The additional data a user's sealed state key is bound to: table, row and column.
+std::string state_key_additional_data(int64_t user_id);
+
 // One call through the model door, as the door saw it.
 struct ModelCall {
   int64_t user_id = 0;
@@ -374,6 +377,13 @@ class SyncStore {
   // Errors: kDataLoss when the sealed key does not open (another master key, a row or URL
   //         changed outside the api).
   Result<std::optional<UserGateway>> user_gateway(int64_t user_id, MasterKeyView master);
+
+  // ---- State keys (README.md §State keys) ----
+
+  // The state key (32 bytes) of user |user_id|, created at random and stored sealed under
+  // |master| (state_key_additional_data()) on first use. The caller wipes it when done.
+  // Errors: kNotFound for an unknown user; kDataLoss when the sealed key does not open.
+  Result<std::string> user_state_key(int64_t user_id, MasterKeyView master);
   // Adds |call| to the counts of its user, box, UTC day (from the clock), wire and model.
   // Errors: kInvalidArgument naming "box_id" or "wire" when empty.
   Status record_model_call(const ModelCall& call);
@@ -453,6 +463,8 @@ class Store {
   // REQUIRES: |master| outlives the call.
   asio::awaitable<Result<std::optional<UserGateway>>> user_gateway(int64_t user_id,
                                                                    MasterKeyView master);
+  // REQUIRES: |master| outlives the call.
+  asio::awaitable<Result<std::string>> user_state_key(int64_t user_id, MasterKeyView master);
   asio::awaitable<Status> record_model_call(ModelCall call);
   asio::awaitable<Result<std::vector<ModelUsage>>> model_usage(std::string user_name = {},
                                                                std::string since_day = {});

@@ -1,0 +1,771 @@
+#include "roles/api/state_manager.h"
+
+#include "base/log.h"
+#include "cocoonbox/agent/v1/state.pb.h"
+#include "crypto/bytes.h"
+#include "crypto/hash.h"
+#include "crypto/random.h"
+#include "grpc/client.h"
+#include "net/blocking.h"
+#include "state/manifest.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace cb::api {
+
+namespace av1 = ::cocoonbox::agent::v1;
+using json = nlohmann::json;
+
+namespace {
+
+// A chunk object is at most the largest chunk plus its seal; anything bigger is refused.
+constexpr size_t kMaxObjectBody = (size_t{64} << 20) + 4096;
+constexpr size_t kMaxUrlsBody = 1u << 20;
+constexpr size_t kMaxIdsPerRequest = 2048;
+// A save or restore may take long (a first save of a big box); the agent reports progress.
+constexpr auto kTransferTimeout = std::chrono::hours(12);
+
+int64_t now_unix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The whole request body, at most |limit| bytes. Errors: kResourceExhausted above it.
+asio::awaitable<Result<std::string>> read_body(http::ServerRequest& req, size_t limit) {
+  std::string body;
+  for (;;) {
+    auto piece = co_await req.read();
+    if (!piece.ok()) co_return piece.status();
+    if (piece->empty()) break;
+    if (body.size() + piece->size() > limit)
+      co_return resource_exhausted(fmt::format("body over {} bytes", limit));
+    body += *piece;
+  }
+  co_return body;
+}
+
+asio::awaitable<void> answer(http::ServerRequest& req, int status, std::string body) {
+  (void)co_await http::respond(req, status, "text/plain; charset=utf-8", body + "\n");
+}
+
+int http_code(const Status& st) {
+  switch (st.code()) {
+    case Code::kInvalidArgument:
+      return 400;
+    case Code::kPermissionDenied:
+      return 403;
+    case Code::kNotFound:
+      return 404;
+    case Code::kResourceExhausted:
+      return 413;
+    default:
+      return 503;
+  }
+}
+
+// A gRPC call to the box's agent on |conn|, with a fresh credential for |box|.
+Result<std::unique_ptr<grpc::ClientCall>> open_agent_call(
+    const std::shared_ptr<http::H2Connection>& conn, const std::string& credential,
+    const std::string& path, const grpc::ChannelOptions& copts) {
+  http::RequestHead head;
+  head.method = "POST";
+  head.path = path;
+  head.authority = "agent";
+  head.headers.push_back(
+      http::Header{std::string("content-type"), std::string("application/grpc")});
+  head.headers.push_back(http::Header{std::string("te"), std::string("trailers")});
+  head.headers.push_back(http::Header{std::string("x-cocoonbox-credential"), credential});
+  ASSIGN_OR_RETURN(auto stream, conn->open_stream(head, false));
+  return std::make_unique<grpc::ClientCall>(stream, copts, net::after(kTransferTimeout));
+}
+
+TransferCounters counters_of(const av1::TransferProgress& p) {
+  TransferCounters c;
+  c.files = p.files();
+  c.bytes = p.bytes();
+  c.chunks = p.chunks();
+  c.chunk_bytes = p.chunk_bytes();
+  return c;
+}
+
+// The first path whose content differs between two trees, or "" when they hold the same
+// files, directories and links with the same content, modes, owners and file mtimes. ctime and
+// inode (change detection only) and directory mtimes are not compared: a file re-read only
+// because of the racy window, or a folder whose temporary entry came and went, is no change.
+std::string first_difference(const state::Manifest& a, const state::Manifest& b) {
+  size_t n = std::min(a.entries.size(), b.entries.size());
+  for (size_t i = 0; i < n; ++i) {
+    const state::Entry& x = a.entries[i];
+    const state::Entry& y = b.entries[i];
+    bool same = x.path == y.path && x.kind == y.kind && x.mode == y.mode && x.uid == y.uid &&
+                x.gid == y.gid && x.size == y.size && x.chunks == y.chunks &&
+                x.target == y.target &&
+                (x.kind == state::EntryKind::kDir || x.mtime_ns == y.mtime_ns);
+    if (!same) return "/" + y.path;
+  }
+  if (a.entries.size() > n) return "/" + a.entries[n].path;
+  if (b.entries.size() > n) return "/" + b.entries[n].path;
+  return "";
+}
+
+}  // namespace
+
+std::string state_user(int64_t user_id) { return fmt::format("u{}", user_id); }
+
+StateManager::StateManager(net::Executor executor, Store& db, BoxManager& boxes,
+                           const crypto::SymmetricKey& master, std::unique_ptr<state::Store> store,
+                           StateManagerOptions options)
+    : executor_(std::move(executor)),
+      db_(db),
+      boxes_(boxes),
+      master_(master),
+      store_(std::move(store)),
+      options_(std::move(options)),
+      signer_(master),
+      locks_(executor_),
+      alive_(std::make_shared<bool>(true)) {}
+
+StateManager::~StateManager() { *alive_ = false; }
+
+void StateManager::stop() { stopping_ = true; }
+
+std::string StateManager::new_ticket(Ticket ticket) {
+  std::array<uint8_t, 16> raw{};
+  crypto::system_random().fill(raw);
+  std::string id = crypto::hex_encode(std::span<const uint8_t>(raw.data(), raw.size()));
+  tickets_[id] = std::move(ticket);
+  return id;
+}
+
+asio::awaitable<Result<std::string>> StateManager::state_key(int64_t user_id) {
+  auto key = co_await db_.user_state_key(user_id, master_.bytes());
+  co_return key;
+}
+
+// ---- save ----
+
+asio::awaitable<Result<SaveOutcome>> StateManager::save(int64_t user_id, std::string box_ref,
+                                                        ProgressSink progress,
+                                                        bool only_if_changed) {
+  auto alive = alive_;
+  CO_ASSIGN_OR_RETURN(BoxView view, co_await boxes_.get(user_id, box_ref));
+  const std::string box_id = view.box.id;
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard box_guard, co_await locks_.box(box_id));
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard user_guard,
+                      co_await locks_.user_shared(state_user(user_id)));
+  auto target = co_await boxes_.connect(user_id, box_id);
+  if (!target.ok()) co_return target.status();
+  // A save counts as an attached client, so the box does not idle out under it.
+  boxes_.attach(box_id);
+  struct Detach {
+    BoxManager* boxes;
+    std::shared_ptr<bool> alive;
+    std::string id;
+    ~Detach() {
+      if (*alive) boxes->detach(id);
+    }
+  } detach{&boxes_, alive, box_id};
+  auto out =
+      co_await save_over(target->first, target->second, std::move(progress), only_if_changed);
+  co_return out;
+}
+
+asio::awaitable<void> StateManager::save_before_hibernate(
+    Box box, std::shared_ptr<http::H2Connection> conn) {
+  auto alive = alive_;
+  // A save or restore of the box in progress holds its lock; it covers this one (waiting for
+  // it could deadlock: it may be waiting for this hibernate to end).
+  if (locks_.box_held(box.id)) co_return;
+  auto box_guard = co_await locks_.box(box.id);
+  if (!box_guard.ok() || !*alive) co_return;
+  auto user_guard = co_await locks_.user_shared(state_user(box.user_id));
+  if (!user_guard.ok() || !*alive) co_return;
+  ProgressSink none;
+  auto saved = co_await save_over(box, conn, none, true);
+  if (!*alive) co_return;
+  if (!saved.ok()) {
+    log::warn("save before hibernate failed",
+              {{"box", box.id}, {"error", saved.status().to_string()}});
+  } else if (saved->unchanged) {
+    log::info("nothing changed since the last save", {{"box", box.id}});
+  }
+}
+
+asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
+    Box box, std::shared_ptr<http::H2Connection> conn, ProgressSink progress,
+    bool only_if_changed) {
+  auto alive = alive_;
+  const int64_t user_id = box.user_id;
+  const std::string box_id = box.id;
+  const std::string user = state_user(user_id);
+  CO_ASSIGN_OR_RETURN(std::string raw_key, co_await state_key(user_id));
+  auto key = crypto::SymmetricKey::from_bytes(raw_key);
+  if (!key.ok()) co_return key.status();
+  state::StateKeys keys(*key);
+  const state::BoxLocation location{user, box_id};
+
+  state::Store& store = *store_;
+  auto head = co_await net::run_blocking([&]() { return state::load_head(store, keys, location); });
+  if (!head.ok()) co_return head.status().with_prefix(std::string("head"));
+  std::optional<state::Manifest> parent;
+  std::string parent_id;
+  if (head->has_value()) {
+    parent_id = (*head)->snapshot_id;
+    auto m = co_await net::run_blocking(
+        [&]() { return state::load_manifest(store, keys, location, parent_id); });
+    if (!m.ok()) co_return m.status();
+    parent = std::move(*m);
+  }
+
+  Ticket t;
+  t.box_id = box_id;
+  t.user = user;
+  t.expires_unix =
+      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
+  const std::string ticket = new_ticket(std::move(t));
+  struct Erase {
+    StateManager* self;
+    std::shared_ptr<bool> alive;
+    std::string id;
+    ~Erase() {
+      if (*alive) self->tickets_.erase(id);
+    }
+  } erase{this, alive, ticket};
+
+  av1::SaveRequest req;
+  req.mutable_access()->set_state_key(raw_key);
+  crypto::wipe(raw_key);
+  req.mutable_access()->set_user(user);
+  req.mutable_access()->set_box(box_id);
+  req.mutable_access()->set_ticket(ticket);
+  req.set_parent_snapshot_id(parent_id);
+  if (!parent_id.empty()) {
+    req.set_parent_manifest_url(signer_.sign("GET", state::manifest_key(location, parent_id),
+                                             now_unix() + options_.url_ttl.count()));
+  }
+  for (const auto& e : options_.exclude) req.add_exclude(e);
+
+  grpc::ChannelOptions copts;
+  copts.authority = "agent";
+  const std::string credential = boxes_.credential(box);
+  const std::string path("/cocoonbox.agent.v1.State/Save");
+  auto call = open_agent_call(conn, credential, path, copts);
+  if (!call.ok()) co_return call.status().with_prefix(std::string("box agent"));
+  std::string bytes = req.SerializeAsString();
+  crypto::wipe(*req.mutable_access()->mutable_state_key());
+  Status w = co_await (*call)->write(bytes);
+  crypto::wipe(bytes);
+  if (w.ok()) w = co_await (*call)->writes_done();
+  std::string manifest_bytes;
+  std::optional<av1::SaveDone> done;
+  for (;;) {
+    auto msg = co_await (*call)->read();
+    if (!msg) break;
+    av1::SaveResponse resp;
+    if (!resp.ParseFromString(*msg)) co_return internal_error("box agent: bad SaveResponse");
+    if (resp.has_progress()) {
+      if (progress) co_await progress(counters_of(resp.progress()));
+    } else if (resp.has_manifest_part()) {
+      manifest_bytes += resp.manifest_part();
+    } else if (resp.has_done()) {
+      done = resp.done();
+    }
+  }
+  Status st = co_await (*call)->finish();
+  if (!*alive) co_return cancelled("api stopping");
+  if (!st.ok()) {
+    ++counters_.saves_failed;
+    co_return st.with_prefix(std::string("box agent"));
+  }
+  if (!done) {
+    ++counters_.saves_failed;
+    co_return internal_error("box agent: the save ended without a result");
+  }
+  std::set<std::string> uploaded = tickets_[ticket].put;
+
+  // Commit: decode and check, verify the chunks the agent was told to upload, then the
+  // manifest, record, timeline and head (src/state README.md §Commit).
+  const av1::SaveDone summary = *done;
+  crypto::Random& random = crypto::system_random();
+  bool unchanged = false;
+  auto committed = co_await net::run_blocking([&]() -> Result<state::Record> {
+    ASSIGN_OR_RETURN(state::Manifest manifest, state::decode_manifest(manifest_bytes));
+    if (only_if_changed && parent) {
+      std::string differs = first_difference(*parent, manifest);
+      if (differs.empty()) {
+        unchanged = true;
+        return state::load_record(store, keys, location, parent_id);
+      }
+      log::info("box changed since its last save", {{"box", box_id}, {"first", differs}});
+    }
+    for (const auto& hex : uploaded) {
+      ASSIGN_OR_RETURN(state::ChunkId id, state::ChunkId::from_hex(hex));
+      auto size = store.stat(state::chunk_key(user, id));
+      if (!size.ok())
+        return data_loss(fmt::format("chunk {}: announced for upload but not stored: {}", hex,
+                                     size.status().message()));
+    }
+    state::Record record;
+    const auto now = std::chrono::system_clock::now();
+    record.snapshot_id = state::new_snapshot_id(now, random);
+    record.box = box_id;
+    record.saved_at_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    record.parent = parent_id;
+    state::SnapshotStats& s = record.stats;
+    for (const auto& e : manifest.entries) {
+      switch (e.kind) {
+        case state::EntryKind::kFile:
+          ++s.files;
+          s.logical_bytes += e.size;
+          break;
+        case state::EntryKind::kDir:
+          ++s.dirs;
+          break;
+        case state::EntryKind::kSymlink:
+          ++s.symlinks;
+          break;
+      }
+    }
+    s.changed_files = summary.files_read();
+    s.added_chunks = summary.uploaded_chunks();
+    s.added_bytes = summary.uploaded_bytes();
+    s.added_stored_bytes = summary.uploaded_stored_bytes();
+    s.skipped = summary.skipped();
+    return state::commit_snapshot(store, keys, location, manifest, std::move(record), random);
+  });
+  if (!committed.ok()) {
+    ++counters_.saves_failed;
+    co_return committed.status().with_prefix(std::string("commit"));
+  }
+  if (unchanged) {
+    SaveOutcome same;
+    same.box_id = box_id;
+    same.record = std::move(*committed);
+    same.unchanged = true;
+    co_return same;
+  }
+  ++counters_.saves_done;
+  counters_.chunks_uploaded += summary.uploaded_chunks();
+  log::info("state saved", {{"box", box_id},
+                            {"snapshot", committed->snapshot_id},
+                            {"changed_files", static_cast<int64_t>(summary.files_read())},
+                            {"uploaded_chunks", static_cast<int64_t>(summary.uploaded_chunks())}});
+  SaveOutcome out;
+  out.box_id = box_id;
+  out.record = std::move(*committed);
+  out.uploaded_chunks = summary.uploaded_chunks();
+  out.files_reused = summary.files_reused();
+  for (const auto& n : summary.notes()) out.notes.push_back(n);
+  co_return out;
+}
+
+// ---- timeline and browse ----
+
+asio::awaitable<Result<std::vector<state::TimelineEntry>>> StateManager::snapshots(
+    int64_t user_id, std::string box_ref, std::string* box_id) {
+  CO_ASSIGN_OR_RETURN(BoxView view, co_await boxes_.get(user_id, box_ref));
+  if (box_id != nullptr) *box_id = view.box.id;
+  const std::string user = state_user(user_id);
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard user_guard, co_await locks_.user_shared(user));
+  CO_ASSIGN_OR_RETURN(std::string raw_key, co_await state_key(user_id));
+  auto key = crypto::SymmetricKey::from_bytes(raw_key);
+  crypto::wipe(raw_key);
+  if (!key.ok()) co_return key.status();
+  state::StateKeys keys(*key);
+  const state::BoxLocation location{user, view.box.id};
+  state::Store& store = *store_;
+  auto timeline =
+      co_await net::run_blocking([&]() { return state::load_timeline(store, keys, location); });
+  if (!timeline.ok()) co_return timeline.status();
+  std::vector<state::TimelineEntry> out(timeline->entries.rbegin(), timeline->entries.rend());
+  co_return out;
+}
+
+asio::awaitable<Result<BrowseOutcome>> StateManager::browse(int64_t user_id, std::string box_ref,
+                                                            std::string snapshot_id,
+                                                            std::string dir) {
+  CO_ASSIGN_OR_RETURN(std::string mdir, browse_dir(dir));
+  Status id_ok = state::validate_snapshot_id(snapshot_id);
+  if (!id_ok.ok()) co_return id_ok.with_prefix(std::string("snapshot_id"));
+  CO_ASSIGN_OR_RETURN(BoxView view, co_await boxes_.get(user_id, box_ref));
+  const std::string user = state_user(user_id);
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard user_guard, co_await locks_.user_shared(user));
+  CO_ASSIGN_OR_RETURN(std::string raw_key, co_await state_key(user_id));
+  auto key = crypto::SymmetricKey::from_bytes(raw_key);
+  crypto::wipe(raw_key);
+  if (!key.ok()) co_return key.status();
+  state::StateKeys keys(*key);
+  const state::BoxLocation location{user, view.box.id};
+  state::Store& store = *store_;
+  auto out = co_await net::run_blocking([&]() -> Result<BrowseOutcome> {
+    ASSIGN_OR_RETURN(state::Timeline timeline, state::load_timeline(store, keys, location));
+    if (timeline.find(snapshot_id) == nullptr)
+      return not_found(fmt::format("snapshot_id: {} is not in the box's timeline", snapshot_id));
+    ASSIGN_OR_RETURN(state::Manifest manifest,
+                     state::load_manifest(store, keys, location, snapshot_id));
+    auto listed = state::list_directory(manifest, mdir);
+    if (!listed.ok()) return listed.status().with_prefix(fmt::format("dir {}", dir));
+    BrowseOutcome b;
+    for (const state::Entry* e : *listed) {
+      if (b.entries.size() >= kMaxBrowseEntries) {
+        b.truncated = true;
+        break;
+      }
+      BrowseEntry be;
+      be.path = "/" + e->path;
+      be.kind = static_cast<int>(e->kind);
+      be.size = e->size;
+      be.mtime_ms = e->mtime_ns / 1000000;
+      be.mode = e->mode;
+      be.target = e->target;
+      b.entries.push_back(std::move(be));
+    }
+    return b;
+  });
+  co_return out;
+}
+
+// ---- restore ----
+
+asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, std::string box_ref,
+                                                              std::string snapshot_id,
+                                                              std::vector<std::string> paths,
+                                                              std::string target,
+                                                              ProgressSink progress) {
+  auto alive = alive_;
+  CO_ASSIGN_OR_RETURN(std::vector<std::string> scope, restore_scope(paths));
+  if (!target.empty()) {
+    Status t = check_restore_target(target);
+    if (!t.ok()) co_return t;
+  }
+  Status id_ok = state::validate_snapshot_id(snapshot_id);
+  if (!id_ok.ok()) co_return id_ok.with_prefix(std::string("snapshot_id"));
+  CO_ASSIGN_OR_RETURN(BoxView view, co_await boxes_.get(user_id, box_ref));
+  const std::string box_id = view.box.id;
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard box_guard, co_await locks_.box(box_id));
+  const std::string user = state_user(user_id);
+  CO_ASSIGN_OR_RETURN(StateLocks::Guard user_guard, co_await locks_.user_shared(user));
+  CO_ASSIGN_OR_RETURN(std::string raw_key, co_await state_key(user_id));
+  auto key = crypto::SymmetricKey::from_bytes(raw_key);
+  if (!key.ok()) co_return key.status();
+  state::StateKeys keys(*key);
+  const state::BoxLocation location{user, box_id};
+  state::Store& store = *store_;
+
+  // The snapshot must be kept (§25.4 step 2) and every path must select something; the scope's
+  // chunks are exactly what the door will sign (step 3).
+  struct Plan {
+    int64_t saved_at_ms = 0;
+    std::set<std::string> chunks;
+  };
+  auto plan = co_await net::run_blocking([&]() -> Result<Plan> {
+    ASSIGN_OR_RETURN(state::Timeline timeline, state::load_timeline(store, keys, location));
+    const state::TimelineEntry* entry = timeline.find(snapshot_id);
+    if (entry == nullptr)
+      return not_found(fmt::format("snapshot_id: {} is not in the box's timeline", snapshot_id));
+    ASSIGN_OR_RETURN(state::Manifest manifest,
+                     state::load_manifest(store, keys, location, snapshot_id));
+    Plan p;
+    p.saved_at_ms = entry->saved_at_ms;
+    for (size_t i = 0; i < scope.size(); ++i) {
+      std::vector<std::string> one = {scope[i]};
+      ASSIGN_OR_RETURN(auto selected, state::select_entries(manifest, one));
+      if (selected.empty())
+        return not_found(
+            fmt::format("paths[{}]: {} is not in snapshot {}", i, paths[i], snapshot_id));
+      for (const state::Entry* e : selected)
+        for (const auto& c : e->chunks) p.chunks.insert(c.id.hex());
+    }
+    return p;
+  });
+  if (!plan.ok()) co_return plan.status();
+  if (target.empty()) target = default_restore_target(plan->saved_at_ms);
+
+  auto conn = co_await boxes_.connect(user_id, box_id);
+  if (!conn.ok()) co_return conn.status();
+  Box box = conn->first;
+  boxes_.attach(box_id);  // not idled out under the restore
+  struct Detach {
+    BoxManager* boxes;
+    std::shared_ptr<bool> alive;
+    std::string id;
+    ~Detach() {
+      if (*alive) boxes->detach(id);
+    }
+  } detach{&boxes_, alive, box_id};
+
+  Ticket t;
+  t.box_id = box_id;
+  t.user = user;
+  t.restore = true;
+  t.allowed = std::move(plan->chunks);
+  t.expires_unix =
+      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
+  const std::string ticket = new_ticket(std::move(t));
+  struct Erase {
+    StateManager* self;
+    std::shared_ptr<bool> alive;
+    std::string id;
+    ~Erase() {
+      if (*alive) self->tickets_.erase(id);
+    }
+  } erase{this, alive, ticket};
+
+  av1::RestoreRequest req;
+  req.mutable_access()->set_state_key(raw_key);
+  crypto::wipe(raw_key);
+  req.mutable_access()->set_user(user);
+  req.mutable_access()->set_box(box_id);
+  req.mutable_access()->set_ticket(ticket);
+  req.set_snapshot_id(snapshot_id);
+  req.set_manifest_url(signer_.sign("GET", state::manifest_key(location, snapshot_id),
+                                    now_unix() + options_.url_ttl.count()));
+  for (const auto& p : scope) req.add_paths(p);
+  req.set_target(target);
+
+  grpc::ChannelOptions copts;
+  copts.authority = "agent";
+  const std::string credential = boxes_.credential(box);
+  const std::string path("/cocoonbox.agent.v1.State/Restore");
+  auto call = open_agent_call(conn->second, credential, path, copts);
+  if (!call.ok()) co_return call.status().with_prefix(std::string("box agent"));
+  std::string bytes = req.SerializeAsString();
+  crypto::wipe(*req.mutable_access()->mutable_state_key());
+  Status w = co_await (*call)->write(bytes);
+  crypto::wipe(bytes);
+  if (w.ok()) w = co_await (*call)->writes_done();
+  std::optional<av1::RestoreDone> done;
+  for (;;) {
+    auto msg = co_await (*call)->read();
+    if (!msg) break;
+    av1::RestoreResponse resp;
+    if (!resp.ParseFromString(*msg)) co_return internal_error("box agent: bad RestoreResponse");
+    if (resp.has_progress()) {
+      if (progress) co_await progress(counters_of(resp.progress()));
+    } else if (resp.has_done()) {
+      done = resp.done();
+    }
+  }
+  Status st = co_await (*call)->finish();
+  if (!*alive) co_return cancelled("api stopping");
+  if (!st.ok()) {
+    ++counters_.restores_failed;
+    co_return st;
+  }
+  if (!done) {
+    ++counters_.restores_failed;
+    co_return internal_error("box agent: the restore ended without a result");
+  }
+  ++counters_.restores_done;
+  RestoreOutcome out;
+  out.box_id = box_id;
+  out.path = done->path();
+  out.files = done->files();
+  out.dirs = done->dirs();
+  out.symlinks = done->symlinks();
+  out.bytes = done->bytes();
+  out.chunks = done->chunks();
+  log::info("state restored", {{"box", box_id}, {"snapshot", snapshot_id}, {"path", out.path}});
+  co_return out;
+}
+
+// ---- the door's state routes ----
+
+asio::awaitable<void> StateManager::serve_door(http::ServerRequest& req, std::string box_id) {
+  const std::string path(req.head().path_only());
+  if (path == kStateUrlsPath) {
+    co_await door_urls(req, box_id);
+  } else if (path.rfind(kStateObjectPrefix, 0) == 0) {
+    co_await door_object(req, box_id);
+  } else {
+    co_await answer(req, 404, "no such state route");
+  }
+}
+
+asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::string box_id) {
+  auto alive = alive_;
+  if (req.head().method != "POST") {
+    co_await answer(req, 405, "POST only");
+    co_return;
+  }
+  const std::string* ticket_id = http::find_header(req.head().headers, kStateTicketHeader);
+  const std::string ticket = ticket_id != nullptr ? *ticket_id : std::string();
+  auto body = co_await read_body(req, kMaxUrlsBody);
+  if (!*alive) co_return;
+  if (!body.ok()) {
+    co_await answer(req, http_code(body.status()), body.status().to_string());
+    co_return;
+  }
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end() || it->second.box_id != box_id || it->second.expires_unix < now_unix()) {
+    co_await answer(req, 403, "no state operation of this box holds that ticket");
+    co_return;
+  }
+  json doc = json::parse(*body, nullptr, false);
+  if (!doc.is_object() || !doc.contains("ids") || !doc["ids"].is_array() || !doc.contains("op") ||
+      !doc["op"].is_string()) {
+    co_await answer(req, 400, "body: want {\"op\":\"put\"|\"get\",\"ids\":[hex,...]}");
+    co_return;
+  }
+  const std::string op = doc["op"].get<std::string>();
+  if (doc["ids"].size() > kMaxIdsPerRequest) {
+    co_await answer(req, 400, fmt::format("ids: at most {} per request", kMaxIdsPerRequest));
+    co_return;
+  }
+  std::vector<state::ChunkId> ids;
+  for (const auto& v : doc["ids"]) {
+    if (!v.is_string()) {
+      co_await answer(req, 400, "ids: not a string");
+      co_return;
+    }
+    auto id = state::ChunkId::from_hex(v.get<std::string>());
+    if (!id.ok()) {
+      co_await answer(req, 400, std::string(id.status().message()));
+      co_return;
+    }
+    ids.push_back(*id);
+  }
+  const bool restore = it->second.restore;
+  const std::string user = it->second.user;
+  const int64_t exp = now_unix() + options_.url_ttl.count();
+  json urls = json::object();
+  if (op == "get") {
+    if (!restore) {
+      co_await answer(req, 403, "a save's ticket does not fetch chunks");
+      co_return;
+    }
+    for (const auto& id : ids) {
+      std::string hex = id.hex();
+      if (it->second.allowed.count(hex) == 0) {
+        co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
+        co_return;
+      }
+      urls[hex] = signer_.sign("GET", state::chunk_key(user, id), exp);
+    }
+  } else if (op == "put") {
+    if (restore) {
+      co_await answer(req, 403, "a restore's ticket does not upload chunks");
+      co_return;
+    }
+    state::Store& store = *store_;
+    auto missing = co_await net::run_blocking([&]() -> Result<std::vector<state::ChunkId>> {
+      std::vector<state::ChunkId> out;
+      for (const auto& id : ids) {
+        auto size = store.stat(state::chunk_key(user, id));
+        if (size.ok()) continue;
+        if (size.status().code() != Code::kNotFound) return size.status();
+        out.push_back(id);
+      }
+      return out;
+    });
+    if (!*alive) co_return;
+    if (!missing.ok()) {
+      co_await answer(req, 503, missing.status().to_string());
+      co_return;
+    }
+    auto again = tickets_.find(ticket);
+    if (again == tickets_.end()) {
+      co_await answer(req, 403, "the save ended");
+      co_return;
+    }
+    for (const auto& id : *missing) {
+      std::string hex = id.hex();
+      again->second.put.insert(hex);
+      urls[hex] = signer_.sign("PUT", state::chunk_key(user, id), exp);
+    }
+  } else {
+    co_await answer(req, 400, "op: \"put\" or \"get\"");
+    co_return;
+  }
+  json resp{{"urls", std::move(urls)}};
+  (void)co_await http::respond(req, 200, "application/json", resp.dump());
+}
+
+asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::string box_id) {
+  auto alive = alive_;
+  const std::string method = req.head().method;
+  if (method != "GET" && method != "PUT") {
+    co_await answer(req, 405, "GET or PUT only");
+    co_return;
+  }
+  auto key = signer_.verify(method, req.head().path, now_unix());
+  if (!key.ok()) {
+    co_await answer(req, http_code(key.status()), key.status().to_string());
+    co_return;
+  }
+  // Only while a save or restore of this box runs, and only under its user's prefix.
+  // Signed by this api, and only while a save (GET and PUT) or a restore (GET) of this box
+  // runs, under its user's prefix.
+  bool allowed = false;
+  for (const auto& [id, t] : tickets_) {
+    if (t.box_id == box_id && key->rfind(state::user_prefix(t.user), 0) == 0 &&
+        (method == "GET" || !t.restore))
+      allowed = true;
+  }
+  if (!allowed) {
+    co_await answer(req, 403, "no state operation of this box is in progress");
+    co_return;
+  }
+  state::Store& store = *store_;
+  const std::string object_key = *key;
+  if (method == "PUT") {
+    auto body = co_await read_body(req, kMaxObjectBody);
+    if (!*alive) co_return;
+    if (!body.ok()) {
+      co_await answer(req, http_code(body.status()), body.status().to_string());
+      co_return;
+    }
+    std::string data = std::move(*body);
+    Status st = co_await net::run_blocking([&]() { return store.put(object_key, data); });
+    if (!*alive) co_return;
+    if (!st.ok()) {
+      co_await answer(req, http_code(st), st.to_string());
+      co_return;
+    }
+    co_await answer(req, 200, "stored");
+    co_return;
+  }
+  auto data = co_await net::run_blocking([&]() { return store.get(object_key); });
+  if (!*alive) co_return;
+  if (!data.ok()) {
+    co_await answer(req, http_code(data.status()), data.status().to_string());
+    co_return;
+  }
+  ++counters_.chunks_served;
+  (void)co_await http::respond(req, 200, "application/octet-stream", *data);
+}
+
+// ---- autosave ----
+
+void StateManager::start_autosave_loop() {
+  if (options_.autosave.count() == 0) return;
+  asio::co_spawn(executor_, autosave_loop(), asio::detached);
+}
+
+asio::awaitable<void> StateManager::autosave_loop() {
+  auto alive = alive_;
+  net::Timer timer(executor_);
+  while (!stopping_) {
+    timer.expires_after(options_.autosave);
+    auto [ec] = co_await timer.async_wait();
+    if (ec || !*alive || stopping_) co_return;
+    auto all = co_await db_.list_all_boxes();
+    if (!*alive) co_return;
+    if (!all.ok()) continue;
+    for (const auto& b : *all) {
+      if (b.deleted_at_ms || b.state != BoxState::kRunning) continue;
+      ProgressSink none;
+      auto r = co_await save(b.user_id, b.id, none, true);
+      if (!*alive) co_return;
+      if (!r.ok()) log::warn("autosave failed", {{"box", b.id}, {"error", r.status().to_string()}});
+    }
+  }
+}
+
+}  // namespace cb::api
