@@ -57,6 +57,10 @@ inline const std::vector<Role> kCommands = {
     {"upgrade", cli::run, "recreate a box on the current image, keeping its data"},
     {"boxes", cli::run, "list your boxes"},
     {"box", cli::run, "box create NAME | box rm NAME"},
+    {"save", cli::run, "save a box's files as a new snapshot"},
+    {"snapshots", cli::run, "list a box's saved snapshots"},
+    {"browse", cli::run, "list one directory of a snapshot"},
+    {"restore", cli::run, "restore files of a snapshot into ~/Restored in the box"},
 #endif
 #ifdef CB_HAVE_ROLE_BRIDGE
     {"mcp", bridge::run, "stdio MCP server for local coding agents: box tools, waking on demand"},

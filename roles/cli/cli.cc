@@ -6,6 +6,7 @@
 #include "client/endpoint.h"
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
 #include "roles/cli/setup.h"
+#include "roles/cli/state_cmds.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -725,6 +726,9 @@ int run(std::span<char* const> args) {
           "For clients configured with the api's MCP URL directly, e.g. Claude Code's\n"
           "\"headersHelper\": \"cocoonbox mcp-headers\". Prefer `cocoonbox setup`.");
 
+  StateOptions state_options;
+  add_state_commands(app, state_options);
+
   std::vector<std::string> argv = {"cocoonbox"};
   for (char* a : args) argv.emplace_back(a);
   std::vector<const char*> cargv;
@@ -744,6 +748,7 @@ int run(std::span<char* const> args) {
     return kOk;
   }
   if (o.command == "setup") return run_setup(o);
+  if (is_state_command(o.command)) return run_state_command(o.command, state_options);
   // The CLI talks to people: its own logs only when asked (COCOONBOX_LOG_LEVEL).
   if (std::getenv("COCOONBOX_LOG_LEVEL") == nullptr) log::set_min_level(log::Level::kError);
 
