@@ -1,0 +1,293 @@
+// Benchmark driver for `scripts/bench state` (issue 7): the state engine (src/state
+// save_snapshot / restore_snapshot on an FsStore, in this process, one thread) on a generated
+// tree, next to restic. It measures the engine, not the gRPC path of a box's save (agent,
+// api, presigned URLs). Test-only; never part of the product binary.
+//
+//   state_bench gen DIR [--scale N]        write the tree (about 340 MiB per scale unit)
+//   state_bench edit DIR [--scale N]       change about 1 % of it in place
+//   state_bench save STORE DIR             one save of DIR as box bench/box; JSON on stdout
+//   state_bench restore STORE TARGET       restore the head of bench/box into TARGET (new)
+//
+// The tree is chunking_bench's, deterministic (xorshift64*, fixed seed), written to disk:
+//   small   3000 source-like text files, 1-40 KiB                         (per scale unit)
+//   medium  200 files, 64 KiB - 2 MiB, half text, half incompressible
+//   large   a 64 MiB database of 4 KiB text pages, a 48 MiB incompressible image, a 32 MiB log
+//   dups    300 small and 20 medium files again under other names
+// and the edit is chunking_bench's too (300 small files get a line inserted, 30 new files,
+// 5 medium text files get 100 bytes inserted, 512 database pages rewritten, 1 MiB appended
+// to the log). Every file gets a fixed mtime, so both tools see the same stat.
+
+#include "base/clock.h"
+#include "crypto/random.h"
+#include "state/fs_store.h"
+#include "state/restore.h"
+#include "state/save.h"
+#include "state/snapshot.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int64_t kBaseMtimeNs = 1'767'225'600'000'000'000;  // 2026-01-01T00:00:00Z
+constexpr int64_t kEditMtimeNs = kBaseMtimeNs + 86'400'000'000'000;
+
+struct Rng {
+  uint64_t x;
+  uint64_t next() {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return x * 0x2545f4914f6cdd1dULL;
+  }
+  uint64_t below(uint64_t n) { return next() % n; }
+};
+
+std::vector<std::string> make_words(Rng& rng) {
+  static const char* syllables[] = {"ka", "lo", "re", "mi", "tan", "so", "ver", "qu",  "ex",  "in",
+                                    "al", "on", "ri", "st", "ch",  "ne", "da",  "pro", "con", "x"};
+  std::vector<std::string> words;
+  for (int i = 0; i < 3000; ++i) {
+    std::string w;
+    int n = 1 + int(rng.below(4));
+    for (int j = 0; j < n; ++j) w += syllables[rng.below(20)];
+    words.push_back(w);
+  }
+  return words;
+}
+
+struct Gen {
+  Rng rng{0x9e3779b97f4a7c15ULL};
+  std::vector<std::string> words = make_words(rng);
+
+  std::string line() {
+    std::string l(rng.below(4) * 2, ' ');
+    int n = 2 + int(rng.below(10));
+    for (int i = 0; i < n; ++i) {
+      size_t a = rng.below(words.size()), b = rng.below(words.size());
+      l += words[std::min(a, b) / (1 + rng.below(3))];
+      l += (rng.below(5) == 0) ? "(" : " ";
+    }
+    l += rng.below(3) == 0 ? ";\n" : "\n";
+    return l;
+  }
+  std::string text(size_t size) {
+    std::string out;
+    while (out.size() < size) out += line();
+    out.resize(size);
+    return out;
+  }
+  std::string noise(size_t size) {
+    std::string out(size, '\0');
+    for (size_t i = 0; i + 8 <= size; i += 8) {
+      uint64_t v = rng.next();
+      std::memcpy(out.data() + i, &v, 8);
+    }
+    return out;
+  }
+};
+
+using Files = std::vector<std::string>;
+
+// The per-scale-unit index of the database, image and log of unit 0.
+constexpr size_t kDb = 3200, kLog = 3202;
+
+Files make_tree(Gen& gen, int scale) {
+  Files f;
+  for (int s = 0; s < scale; ++s) {
+    for (int i = 0; i < 3000; ++i) f.push_back(gen.text(1024 + gen.rng.below(39 * 1024)));
+    for (int i = 0; i < 200; ++i) {
+      size_t size = 64 * 1024 + gen.rng.below(2 * 1024 * 1024 - 64 * 1024);
+      f.push_back(i % 2 == 0 ? gen.text(size) : gen.noise(size));
+    }
+    std::string db;
+    while (db.size() < 64u * 1024 * 1024) db += gen.text(4096);
+    f.push_back(std::move(db));
+    f.push_back(gen.noise(48u * 1024 * 1024));
+    f.push_back(gen.text(32u * 1024 * 1024));
+  }
+  for (int i = 0; i < 300 * scale; ++i) f.push_back(f[gen.rng.below(3000)]);
+  for (int i = 0; i < 20 * scale; ++i) f.push_back(f[3000 + gen.rng.below(200)]);
+  return f;
+}
+
+// Edits |f| in place; returns the bytes the edits wrote.
+size_t edit_tree(Gen& gen, Files& f, int scale) {
+  size_t changed = 0;
+  for (int i = 0; i < 300 * scale; ++i) {
+    std::string& file = f[gen.rng.below(3000)];
+    std::string l = gen.line();
+    size_t at = file.find('\n', file.size() / 2);
+    file.insert(at == std::string::npos ? file.size() : at + 1, l);
+    changed += l.size();
+  }
+  for (int i = 0; i < 30 * scale; ++i) {
+    f.push_back(gen.text(1024 + gen.rng.below(39 * 1024)));
+    changed += f.back().size();
+  }
+  for (int i = 0; i < 5 * scale; ++i) {
+    std::string& file = f[3000 + 2 * gen.rng.below(100)];
+    file.insert(gen.rng.below(file.size()), gen.text(100));
+    changed += 100;
+  }
+  std::string& db = f[kDb];
+  for (int i = 0; i < 512; ++i) {
+    size_t page = gen.rng.below(db.size() / 4096);
+    db.replace(page * 4096, 4096, gen.text(4096));
+    changed += 4096;
+  }
+  f[kLog] += gen.text(1024 * 1024);
+  changed += 1024 * 1024;
+  return changed;
+}
+
+std::filesystem::path file_path(const std::filesystem::path& dir, size_t i) {
+  return dir / ("d" + std::to_string(i / 100)) / ("f" + std::to_string(i) + ".dat");
+}
+
+void write_file(const std::filesystem::path& p, const std::string& data, int64_t mtime_ns) {
+  std::filesystem::create_directories(p.parent_path());
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 || ::write(fd, data.data(), data.size()) != ssize_t(data.size())) {
+    std::perror(p.c_str());
+    std::exit(1);
+  }
+  struct timespec t[2];
+  t[0].tv_sec = t[1].tv_sec = time_t(mtime_ns / 1'000'000'000);
+  t[0].tv_nsec = t[1].tv_nsec = 0;
+  ::futimens(fd, t);
+  ::close(fd);
+}
+
+// Directory mtimes change as files are written: pin them too.
+void pin_dir_mtimes(const std::filesystem::path& dir, int64_t mtime_ns) {
+  struct timespec t[2];
+  t[0].tv_sec = t[1].tv_sec = time_t(mtime_ns / 1'000'000'000);
+  t[0].tv_nsec = t[1].tv_nsec = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory()) ::utimensat(AT_FDCWD, e.path().c_str(), t, 0);
+  }
+  ::utimensat(AT_FDCWD, dir.c_str(), t, 0);
+}
+
+cb::state::StateKeys bench_keys() {
+  cb::crypto::SeededRandom random(7);
+  return cb::state::StateKeys(cb::crypto::SymmetricKey::generate(random));
+}
+
+const cb::state::BoxLocation kBox{"bench", "box"};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: state_bench gen|edit DIR [--scale N]\n"
+               "       state_bench save STORE DIR\n"
+               "       state_bench restore STORE TARGET\n");
+  return 2;
+}
+
+double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  const std::string cmd = argv[1];
+  int scale = 3;
+  for (int i = 3; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoi(argv[++i]);
+  }
+
+  if (cmd == "gen" || cmd == "edit") {
+    const std::filesystem::path dir = argv[2];
+    Gen gen;
+    Files files = make_tree(gen, scale);
+    size_t total = 0;
+    for (const auto& f : files) total += f.size();
+    if (cmd == "gen") {
+      for (size_t i = 0; i < files.size(); ++i) {
+        write_file(file_path(dir, i), files[i], kBaseMtimeNs);
+      }
+      pin_dir_mtimes(dir, kBaseMtimeNs);
+      std::printf("{\"files\":%zu,\"bytes\":%zu}\n", files.size(), total);
+      return 0;
+    }
+    Files edited = files;
+    const size_t changed = edit_tree(gen, edited, scale);
+    size_t rewritten = 0;
+    for (size_t i = 0; i < edited.size(); ++i) {
+      if (i < files.size() && files[i] == edited[i]) continue;
+      write_file(file_path(dir, i), edited[i], kEditMtimeNs);
+      ++rewritten;
+    }
+    pin_dir_mtimes(dir, kEditMtimeNs);
+    std::printf("{\"files_rewritten\":%zu,\"bytes_changed\":%zu,\"tree_bytes\":%zu}\n", rewritten,
+                changed, total);
+    return 0;
+  }
+
+  if ((cmd == "save" || cmd == "restore") && argc >= 4) {
+    auto store = cb::state::FsStore::open(argv[2]);
+    if (!store.ok()) {
+      std::fprintf(stderr, "store: %s\n", std::string(store.status().message()).c_str());
+      return 1;
+    }
+    const cb::state::StateKeys keys = bench_keys();
+    auto& random = cb::crypto::system_random();
+    const auto start = SteadyClock::now();
+    if (cmd == "save") {
+      cb::state::SaveOptions options;
+      options.scan.roots = {{std::filesystem::absolute(argv[3]).string(), "home/user"}};
+      auto saved =
+          cb::state::save_snapshot(**store, keys, kBox, options, cb::system_clock(), random);
+      if (!saved.ok()) {
+        std::fprintf(stderr, "save: %s\n", std::string(saved.status().message()).c_str());
+        return 1;
+      }
+      const auto& s = saved->record.stats;
+      std::printf(
+          "{\"seconds\":%.3f,\"files\":%llu,\"changed_files\":%llu,\"added_chunks\":%llu,"
+          "\"added_bytes\":%llu,\"added_stored_bytes\":%llu,\"manifest_bytes\":%llu}\n",
+          seconds_since(start), (unsigned long long)s.files, (unsigned long long)s.changed_files,
+          (unsigned long long)s.added_chunks, (unsigned long long)s.added_bytes,
+          (unsigned long long)s.added_stored_bytes,
+          (unsigned long long)saved->record.manifest_bytes);
+      return 0;
+    }
+    auto head = cb::state::load_head(**store, keys, kBox);
+    if (!head.ok() || !head->has_value()) {
+      std::fprintf(stderr, "restore: no head\n");
+      return 1;
+    }
+    auto manifest = cb::state::load_manifest(**store, keys, kBox, (*head)->snapshot_id);
+    if (!manifest.ok()) {
+      std::fprintf(stderr, "restore: %s\n", std::string(manifest.status().message()).c_str());
+      return 1;
+    }
+    cb::state::RestoreOptions options;
+    options.strip = "home/user";
+    options.target = std::filesystem::absolute(argv[3]).string();
+    auto done = cb::state::restore_snapshot(**store, keys, kBox.user, *manifest, options, random);
+    if (!done.ok()) {
+      std::fprintf(stderr, "restore: %s\n", std::string(done.status().message()).c_str());
+      return 1;
+    }
+    std::printf("{\"seconds\":%.3f,\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu}\n",
+                seconds_since(start), (unsigned long long)done->files,
+                (unsigned long long)done->bytes, (unsigned long long)done->chunks_fetched);
+    return 0;
+  }
+  return usage();
+}
