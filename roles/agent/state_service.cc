@@ -18,11 +18,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unordered_set>
@@ -359,10 +363,13 @@ struct RestoreJob {
     progress.done.store(true);
   }
 
+  Status restore_whole(const state::StateKeys& keys, const state::BoxLocation& location);
+
   Status restore() {
     ASSIGN_OR_RETURN(state::StateKeys keys, keys_of(req.access()));
     state::BoxLocation location{req.access().user(), req.access().box()};
     RETURN_IF_ERROR(state::validate_location(location));
+    if (req.whole()) return restore_whole(keys, location);
     RETURN_IF_ERROR(check_restore_target(req.target()));
     if (req.paths().empty()) return invalid_argument("paths: at least one is required");
     std::vector<std::string> paths(req.paths().begin(), req.paths().end());
@@ -421,6 +428,79 @@ struct RestoreJob {
     return ok_status();
   }
 };
+
+// The whole snapshot back into the roots (a box whose files were lost): each root's entries
+// are restored into <root>/.cb-restore-whole (through restore_snapshot()'s own temporary
+// folder), then moved up into the root one by one with RENAME_NOREPLACE (the roots are mount
+// points in an isolated box, so they cannot be swapped whole). A name already in the root is
+// left where it is and reported.
+Status restore_whole_root(JobHttp&, state::Store& store, const state::StateKeys& keys,
+                          const std::string& user, const state::Manifest& manifest,
+                          const std::string& name, const std::string& dir,
+                          std::function<void(uint64_t, uint64_t)> progress,
+                          v1::RestoreDone& summary) {
+  std::vector<std::string> scope = {name};
+  ASSIGN_OR_RETURN(auto selected, state::select_entries(manifest, scope));
+  bool any_below = false;
+  for (const auto* e : selected) any_below = any_below || e->path != name;
+  if (!any_below) return ok_status();
+  const std::string staging = dir + "/.cb-restore-whole";
+  state::RestoreOptions options;
+  options.paths = scope;
+  options.strip = name;
+  options.target = staging;
+  options.restore_owners = false;
+  options.progress = std::move(progress);
+  ASSIGN_OR_RETURN(
+      state::RestoreResult done,
+      state::restore_snapshot(store, keys, user, manifest, options, crypto::system_random()));
+  summary.set_files(summary.files() + done.files);
+  summary.set_dirs(summary.dirs() + done.dirs);
+  summary.set_symlinks(summary.symlinks() + done.symlinks);
+  summary.set_bytes(summary.bytes() + done.bytes);
+  summary.set_chunks(summary.chunks() + done.chunks_fetched);
+  std::error_code ec;
+  std::vector<std::string> kept;
+  for (const auto& child : std::filesystem::directory_iterator(staging, ec)) {
+    std::string leaf = child.path().filename().string();
+    std::string to = dir + "/" + leaf;
+    if (::renameat2(AT_FDCWD, child.path().c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0)
+      kept.push_back(leaf);
+  }
+  if (ec) return internal_error(fmt::format("list {}: {}", staging, ec.message()));
+  if (!kept.empty()) {
+    log::warn("whole restore: names already present were left in place",
+              {{"dir", staging}, {"count", static_cast<int64_t>(kept.size())}});
+    return ok_status();
+  }
+  std::filesystem::remove(staging, ec);
+  return ok_status();
+}
+
+Status RestoreJob::restore_whole(const state::StateKeys& keys, const state::BoxLocation& location) {
+  if (!req.paths().empty() || !req.target().empty())
+    return invalid_argument("whole: paths and target must be empty");
+  JobHttp http(config.door_socket, req.access().ticket());
+  ASSIGN_OR_RETURN(state::Manifest manifest,
+                   fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
+  std::vector<state::ChunkId> ids = state::referenced_chunks(manifest);
+  ASSIGN_OR_RETURN(auto by_hex, ask_urls(http, "get", ids));
+  std::map<std::string, std::string> by_key;
+  for (const auto& id : ids) {
+    auto it = by_hex.find(id.hex());
+    if (it != by_hex.end()) by_key[state::chunk_key(location.user, id)] = it->second;
+  }
+  UrlStore store(http, std::move(by_key), progress);
+  auto on_progress = [this](uint64_t files, uint64_t bytes) {
+    progress.files.store(files);
+    progress.bytes.store(bytes);
+  };
+  RETURN_IF_ERROR(restore_whole_root(http, store, keys, location.user, manifest, "home/user",
+                                     config.home, on_progress, summary));
+  RETURN_IF_ERROR(restore_whole_root(http, store, keys, location.user, manifest, "workspace",
+                                     config.workspace, on_progress, summary));
+  return ok_status();
+}
 
 // Runs |job| on a thread of its own and sends its progress until it is done. The job is
 // shared with the thread, so a handler that returns early (the caller went away) leaves the

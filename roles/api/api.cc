@@ -215,6 +215,12 @@ int serve(const Config& cfg) {
                   std::shared_ptr<http::H2Connection> conn) -> asio::awaitable<void> {
     if (saves_to != nullptr) co_await saves_to->save_before_hibernate(box, std::move(conn));
   };
+  box_options.restore_lost_data =
+      [&saves_to](const Box& box,
+                  std::shared_ptr<http::H2Connection> conn) -> asio::awaitable<std::string> {
+    if (saves_to == nullptr) co_return std::string();
+    co_return co_await saves_to->restore_lost(box, std::move(conn));
+  };
   box_options.before_boot = [&door](const Box& box, const fs::path& box_dir) {
     Status opened = door.ensure_open(box.id, box_dir / "run" / kModelDoorSocket);
     if (!opened.ok()) log::error("model door", {{"box", box.id}, {"error", opened.to_string()}});

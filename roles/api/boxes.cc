@@ -342,8 +342,12 @@ asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
     (void)co_await backend_.release(box.id, machines::DataPolicy::kKeep);
   }
   std::string what = fresh ? "starting" : "waking";
+  // A box that ran before and whose files are gone with its machine gets its last save back.
+  const bool data_lost = fresh && lost_data(box);
   Status st = co_await set_state(box, BoxState::kStarting, std::move(what));
   if (st.ok()) st = co_await boot(box, op, fresh);
+  if (!*alive) co_return;
+  if (st.ok() && data_lost) co_await restore_lost_data(box, op);
   if (!*alive) co_return;
   if (st.ok()) {
     co_await finish(op, Phase::kDone, "running");
@@ -354,6 +358,25 @@ asio::awaitable<void> BoxManager::run_ensure(Box box, Operation op) {
     co_await finish(op, Phase::kFailed, std::string(st.message()));
   }
   release(box.id);
+}
+
+bool BoxManager::lost_data(const Box& box) const {
+  if (box.wake_id.empty()) return false;  // never ran: nothing to lose
+  auto dir = options_.data_dir / "boxes" / box.id;
+  std::error_code ec;
+  return !std::filesystem::exists(dir / "home", ec) &&
+         !std::filesystem::exists(dir / "workspace", ec);
+}
+
+asio::awaitable<void> BoxManager::restore_lost_data(const Box& box, const Operation& op) {
+  if (!options_.restore_lost_data) co_return;
+  auto alive = alive_;
+  co_await event(op, Phase::kStarting, "the box's files were lost; restoring its last save");
+  if (!*alive) co_return;
+  auto conn = runtime(box.id).conn;
+  std::string detail = co_await options_.restore_lost_data(box, conn);
+  if (!*alive || detail.empty()) co_return;
+  co_await event(op, Phase::kStarting, std::move(detail));
 }
 
 asio::awaitable<void> BoxManager::run_hibernate(Box box, Operation op) {
@@ -390,6 +413,7 @@ asio::awaitable<void> BoxManager::run_recreate(Box box, Operation op, bool prese
     release(box.id);
     co_return;
   }
+  const bool data_lost = preserve_data && lost_data(box);
   co_await event(op, Phase::kCleaningUp, "releasing the old machine");
   drop_connection(box.id);
   st = co_await backend_.release(box.id, machines::DataPolicy::kKeep);
@@ -402,6 +426,8 @@ asio::awaitable<void> BoxManager::run_recreate(Box box, Operation op, bool prese
       std::filesystem::remove_all(dir / sub, ec);
   }
   if (st.ok()) st = co_await boot(box, op, true);
+  if (!*alive) co_return;
+  if (st.ok() && data_lost) co_await restore_lost_data(box, op);
   if (!*alive) co_return;
   if (st.ok()) {
     std::string what = preserve_data ? "recreated, data kept" : "recreated";

@@ -48,6 +48,11 @@ struct BoxManagerOptions {
   // connection: the api saves the box's files here if they changed (state_manager.h).
   std::function<asio::awaitable<void>(const Box&, std::shared_ptr<http::H2Connection>)>
       before_hibernate;
+  // Called by an Ensure (or a Recreate keeping data) that found the box's files gone with its
+  // machine (seed §14.9 step 9), once the new machine runs: the api restores the last save and
+  // returns what to report (the loss window), "" when there was nothing to restore.
+  std::function<asio::awaitable<std::string>(const Box&, std::shared_ptr<http::H2Connection>)>
+      restore_lost_data;
 };
 
 struct BoxView {
@@ -146,6 +151,10 @@ class BoxManager {
                                                      std::string params = {});
   asio::awaitable<void> run_ensure(Box box, Operation op);
   asio::awaitable<void> run_hibernate(Box box, Operation op);
+  // True when |box| ran before and its home and workspace are both gone (seed §14.9 step 9).
+  bool lost_data(const Box& box) const;
+  // Asks options_.restore_lost_data to put the last save back, reporting it on |op|.
+  asio::awaitable<void> restore_lost_data(const Box& box, const Operation& op);
   asio::awaitable<void> run_recreate(Box box, Operation op, bool preserve_data);
   asio::awaitable<void> run_remove(Box box, Operation op);
   asio::awaitable<Status> boot(Box& box, const Operation& op, bool fresh);

@@ -575,6 +575,111 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
   co_return out;
 }
 
+// ---- restore on missing (seed §14.9 step 9) ----
+
+asio::awaitable<std::string> StateManager::restore_lost(Box box,
+                                                        std::shared_ptr<http::H2Connection> conn) {
+  auto alive = alive_;
+  const std::string box_id = box.id;
+  auto box_guard = co_await locks_.box(box_id);
+  if (!box_guard.ok() || !*alive) co_return std::string();
+  const std::string user = state_user(box.user_id);
+  auto user_guard = co_await locks_.user_shared(user);
+  if (!user_guard.ok() || !*alive) co_return std::string();
+  auto raw_key = co_await state_key(box.user_id);
+  if (!raw_key.ok())
+    co_return fmt::format("cannot restore the last save: {}", raw_key.status().message());
+  auto key = crypto::SymmetricKey::from_bytes(*raw_key);
+  if (!key.ok()) co_return std::string("cannot restore the last save: bad state key");
+  state::StateKeys keys(*key);
+  const state::BoxLocation location{user, box_id};
+  state::Store& store = *store_;
+  struct Plan {
+    std::optional<state::Head> head;
+    std::set<std::string> chunks;
+  };
+  auto plan = co_await net::run_blocking([&]() -> Result<Plan> {
+    Plan p;
+    ASSIGN_OR_RETURN(p.head, state::load_head(store, keys, location));
+    if (!p.head) return p;
+    ASSIGN_OR_RETURN(state::Manifest manifest,
+                     state::load_manifest(store, keys, location, p.head->snapshot_id));
+    for (const auto& id : state::referenced_chunks(manifest)) p.chunks.insert(id.hex());
+    return p;
+  });
+  if (!*alive) co_return std::string();
+  if (!plan.ok())
+    co_return fmt::format("cannot restore the last save: {}", plan.status().message());
+  if (!plan->head) co_return std::string("the box was never saved: it starts empty");
+  const state::Head head = *plan->head;
+
+  Ticket t;
+  t.box_id = box_id;
+  t.user = user;
+  t.restore = true;
+  t.allowed = std::move(plan->chunks);
+  t.expires_unix =
+      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
+  const std::string ticket = new_ticket(std::move(t));
+  struct Erase {
+    StateManager* self;
+    std::shared_ptr<bool> alive;
+    std::string id;
+    ~Erase() {
+      if (*alive) self->tickets_.erase(id);
+    }
+  } erase{this, alive, ticket};
+
+  av1::RestoreRequest req;
+  req.mutable_access()->set_state_key(*raw_key);
+  crypto::wipe(*raw_key);
+  req.mutable_access()->set_user(user);
+  req.mutable_access()->set_box(box_id);
+  req.mutable_access()->set_ticket(ticket);
+  req.set_snapshot_id(head.snapshot_id);
+  req.set_manifest_url(signer_.sign("GET", state::manifest_key(location, head.snapshot_id),
+                                    now_unix() + options_.url_ttl.count()));
+  req.set_whole(true);
+  grpc::ChannelOptions copts;
+  copts.authority = "agent";
+  const std::string credential = boxes_.credential(box);
+  const std::string path("/cocoonbox.agent.v1.State/Restore");
+  auto call = open_agent_call(conn, credential, path, copts);
+  if (!call.ok())
+    co_return fmt::format("cannot restore the last save: {}", call.status().message());
+  std::string bytes = req.SerializeAsString();
+  crypto::wipe(*req.mutable_access()->mutable_state_key());
+  Status w = co_await (*call)->write(bytes);
+  crypto::wipe(bytes);
+  if (w.ok()) w = co_await (*call)->writes_done();
+  std::optional<av1::RestoreDone> done;
+  for (;;) {
+    auto msg = co_await (*call)->read();
+    if (!msg) break;
+    av1::RestoreResponse resp;
+    if (resp.ParseFromString(*msg) && resp.has_done()) done = resp.done();
+  }
+  Status st = co_await (*call)->finish();
+  if (!*alive) co_return std::string();
+  if (!st.ok() || !done) {
+    ++counters_.restores_failed;
+    log::error("restore of lost files failed", {{"box", box_id}, {"error", st.to_string()}});
+    co_return fmt::format("restoring the last save failed: {}", st.message());
+  }
+  ++counters_.restores_done;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  std::string detail = fmt::format(
+      "restored {} files from the last save, {} ({}); changes made after it are lost (loss "
+      "window up to {} s)",
+      done->files(), head.snapshot_id, default_restore_target(head.saved_at_ms),
+      (now_ms - head.saved_at_ms) / 1000);
+  log::warn("box files lost; last save restored",
+            {{"box", box_id}, {"snapshot", head.snapshot_id}, {"detail", detail}});
+  co_return detail;
+}
+
 // ---- the door's state routes ----
 
 asio::awaitable<void> StateManager::serve_door(http::ServerRequest& req, std::string box_id) {

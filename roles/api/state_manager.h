@@ -122,6 +122,10 @@ class StateManager {
   // Saves |box| over the agent connection |conn| before its hibernation, if anything changed
   // since the head; skipped while a save or restore of the box runs. Errors are logged.
   asio::awaitable<void> save_before_hibernate(Box box, std::shared_ptr<http::H2Connection> conn);
+  // Puts the head snapshot back into a box whose files were lost with its machine (seed
+  // §14.9 step 9), over the new machine's agent connection |conn|. Returns the detail to
+  // report: the snapshot and the loss window, or why nothing was restored.
+  asio::awaitable<std::string> restore_lost(Box box, std::shared_ptr<http::H2Connection> conn);
   // The box's kept snapshots, newest first. |box_id| receives the box's id.
   asio::awaitable<Result<std::vector<state::TimelineEntry>>> snapshots(int64_t user_id,
                                                                        std::string box_ref,

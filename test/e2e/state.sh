@@ -153,6 +153,23 @@ cb save --box second --json >"$tmp/second.json" 2>/dev/null || fail "save second
 [[ $(json 'v["snapshot"]["added_bytes"]' <"$tmp/second.json") == 0 ]] || fail "second added bytes: $(cat "$tmp/second.json")"
 ok "a second box of the user saved a file the first box had: 0 chunks uploaded"
 
+# --- restore on missing (§14.9 step 9): the machine and the files are gone behind the api's back ---
+box2=$(cb status --box second --json | json 'v["id"]')
+cb hibernate --box second >/dev/null 2>&1 || fail "hibernate second"
+kill -9 "$(machine_pid "$box2")" 2>/dev/null || true
+for _ in $(seq 1 100); do kill -0 "$(machine_pid "$box2")" 2>/dev/null || break; sleep 0.05; done
+rm -rf "$data/boxes/$box2/home" "$data/boxes/$box2/workspace"
+cb ensure --box second >"$tmp/ensure2.out" 2>"$tmp/ensure2.err" || fail "ensure after loss: $(cat "$tmp/ensure2.err")"
+grep -q 'restored .* files from the last save' "$tmp/ensure2.err" ||
+  fail "ensure did not report the restore: $(cat "$tmp/ensure2.err")"
+grep -q 'loss window' "$tmp/ensure2.err" || fail "no loss window: $(cat "$tmp/ensure2.err")"
+want=$(seq 1 40000 | sha256sum | cut -d' ' -f1)
+got=$(rsh second 'sha256sum /workspace/t/same-numbers' | cut -d' ' -f1)
+[[ $got == "$want" ]] || fail "the lost file came back as $got, want $want"
+rsh second 'test ! -e /workspace/.cb-restore-whole && test ! -e /home/user/.cb-restore-whole' ||
+  fail "the whole restore left its staging folder"
+ok "a box whose machine and files were lost gets its last save back on ensure, with the loss window"
+
 # --- bad input at the CLI ---
 if cb restore /workspace/t >/dev/null 2>&1; then fail "restore without --snapshot/--at succeeded"; fi
 rc=0; cb restore /workspace/t --at yesterday >/dev/null 2>&1 || rc=$?
