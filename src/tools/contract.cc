@@ -10,6 +10,7 @@ namespace cb::tools {
 namespace internal {
 extern const std::string_view kBoxToolsJson;
 extern const std::string_view kControlToolsJson;
+extern const std::string_view kBrowserToolsJson;
 }  // namespace internal
 
 namespace {
@@ -157,6 +158,7 @@ Status check(const json& schema, const json& v, const std::string& where) {
 
 std::string_view box_tools_json() { return internal::kBoxToolsJson; }
 std::string_view control_tools_json() { return internal::kControlToolsJson; }
+std::string_view browser_tools_json() { return internal::kBrowserToolsJson; }
 
 const json& box_tools() {
   static const json tools = parse_contract(internal::kBoxToolsJson);
@@ -165,6 +167,11 @@ const json& box_tools() {
 
 const json& control_tools() {
   static const json tools = parse_contract(internal::kControlToolsJson);
+  return tools;
+}
+
+const json& browser_tools() {
+  static const json tools = parse_contract(internal::kBrowserToolsJson);
   return tools;
 }
 

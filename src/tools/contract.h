@@ -28,10 +28,14 @@ inline constexpr std::string_view kAgentMcpPath = "/cocoonbox.mcp/box";
 // The contracts as compiled in: JSON arrays of MCP Tool objects.
 std::string_view box_tools_json();
 std::string_view control_tools_json();
+// The agent's browser tools (browser_navigate, browser_snapshot, ...), which its model loop
+// offers next to the box tools.
+std::string_view browser_tools_json();
 
 // The same, parsed.
 const nlohmann::json& box_tools();
 const nlohmann::json& control_tools();
+const nlohmann::json& browser_tools();
 
 // The tool named |name| in |tools| (an array of Tool objects), or nullptr.
 const nlohmann::json* find_tool(const nlohmann::json& tools, std::string_view name);

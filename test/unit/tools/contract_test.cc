@@ -66,6 +66,25 @@ TEST_CASE("contract: the tool names are the ones the issue and the seed name", "
   CHECK(find_tool(json::object(), "grep") == nullptr);
 }
 
+TEST_CASE("contract: the browser tools are well formed and named as issue 6 names them",
+          "[tools][unit]") {
+  check_contract(browser_tools());
+  CHECK(json::parse(browser_tools_json()) == browser_tools());
+  std::set<std::string> names;
+  for (const auto& t : browser_tools()) names.insert(t["name"].get<std::string>());
+  CHECK(names == std::set<std::string>{"browser_navigate", "browser_snapshot", "browser_click",
+                                       "browser_type", "browser_press", "browser_scroll",
+                                       "browser_screenshot"});
+  // No browser tool shares a name with a box tool: the model loop offers both lists.
+  for (const auto& n : names) CHECK(find_tool(box_tools(), n) == nullptr);
+  const json& type = (*find_tool(browser_tools(), "browser_type"))["inputSchema"];
+  CHECK(check_arguments(type, json{{"ref", "e3"}, {"text", "hi"}, {"submit", true}}).ok());
+  CHECK(check_arguments(type, json{{"text", "hi"}}).message() ==
+        "arguments: missing required field \"ref\"");
+  const json& scroll = (*find_tool(browser_tools(), "browser_scroll"))["inputSchema"];
+  CHECK_FALSE(check_arguments(scroll, json{{"direction", "sideways"}}).ok());
+}
+
 TEST_CASE("check_arguments: names the bad field and says what it wants", "[tools][unit]") {
   const json& shell = (*find_tool(box_tools(), "shell"))["inputSchema"];
   CHECK(check_arguments(shell, json{{"command", "ls"}}).ok());
@@ -84,7 +103,10 @@ TEST_CASE("check_arguments: names the bad field and says what it wants", "[tools
   CHECK(bad(shell, json{{"command", "ls"}, {"timeout", 4000}}) ==
         "arguments.timeout: must be at most 3600, got 4000");
   CHECK(bad(shell, json{{"command", "ls"}, {"user", "root"}}) ==
-        "arguments: unknown field \"user\" (known: command, cwd, timeout)");
+        "arguments: unknown field \"user\" (known: command, cwd, session, timeout)");
+  CHECK(check_arguments(shell, json{{"command", "ls"}, {"session", "build"}}).ok());
+  CHECK(bad(shell, json{{"command", "ls"}, {"session", ""}}) ==
+        "arguments.session: must not be empty");
   CHECK(bad(shell, json::array()) == "arguments: want an object, got an array ([])");
 
   const json& read = (*find_tool(box_tools(), "read_file"))["inputSchema"];
