@@ -5,8 +5,32 @@
 namespace cb::state {
 
 StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string user,
-                               crypto::Random& random)
-    : store_(store), keys_(keys), user_(std::move(user)), random_(random) {}
+                               crypto::Random& random, int put_threads)
+    : store_(store), keys_(keys), user_(std::move(user)), random_(random) {
+  if (put_threads <= 1) return;
+  max_queued_ = size_t(put_threads) * 2;
+  for (int i = 0; i < put_threads; ++i) {
+    threads_.emplace_back([this] {
+      std::unique_lock lock(mu_);
+      while (true) {
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing left
+        Put put = std::move(queue_.front());
+        queue_.pop_front();
+        cv_.notify_all();  // room in the queue
+        const bool failed = !first_error_.ok();
+        lock.unlock();
+        Status s = failed ? ok_status() : store_.put(put.key, put.sealed);
+        lock.lock();
+        if (!s.ok() && first_error_.ok()) first_error_ = s;
+        --in_flight_;
+        cv_.notify_all();
+      }
+    });
+  }
+}
+
+StoreChunkSink::~StoreChunkSink() { (void)finish(); }
 
 void StoreChunkSink::add_known(const Manifest& manifest) {
   for (const Entry& e : manifest.entries) {
@@ -23,13 +47,37 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
     return ok_status();
   }
   if (size.status().code() != Code::kNotFound) return size.status();
-  const std::string sealed = seal_chunk(keys_, id, plaintext, random_);
-  RETURN_IF_ERROR(store_.put(key, sealed));
+  std::string sealed = seal_chunk(keys_, id, plaintext, random_);
+  const size_t sealed_size = sealed.size();
+  if (threads_.empty()) {
+    RETURN_IF_ERROR(store_.put(key, sealed));
+  } else {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < max_queued_ || !first_error_.ok(); });
+    if (!first_error_.ok()) return first_error_;
+    queue_.push_back(Put{key, std::move(sealed)});
+    ++in_flight_;
+    cv_.notify_all();
+  }
   known_.insert(id);
   ++added_chunks_;
   added_bytes_ += plaintext.size();
-  added_stored_bytes_ += sealed.size();
+  added_stored_bytes_ += sealed_size;
   return ok_status();
+}
+
+Status StoreChunkSink::finish() {
+  if (threads_.empty()) return ok_status();
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return in_flight_ == 0; });
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  std::lock_guard lock(mu_);
+  return first_error_;
 }
 
 Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,
@@ -49,9 +97,10 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
     }
   }
 
-  StoreChunkSink sink(store, keys, location.user, random);
+  StoreChunkSink sink(store, keys, location.user, random, options.put_threads);
   if (parent != nullptr) sink.add_known(*parent);
   ASSIGN_OR_RETURN(ScanResult scan, scan_tree(options.scan, parent, keys, sink));
+  RETURN_IF_ERROR(sink.finish());  // every chunk stored before the commit writes the manifest
 
   Record record;
   record.snapshot_id = new_snapshot_id(now, random);

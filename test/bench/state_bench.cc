@@ -5,7 +5,7 @@
 //
 //   state_bench gen DIR [--scale N]        write the tree (about 340 MiB per scale unit)
 //   state_bench edit DIR [--scale N]       change about 1 % of it in place
-//   state_bench save STORE DIR             one save of DIR as box bench/box; JSON on stdout
+//   state_bench save STORE DIR [--put-threads N]   one save of DIR as box bench/box; JSON out
 //   state_bench restore STORE TARGET       restore the head of bench/box into TARGET (new)
 //
 // The tree is chunking_bench's, deterministic (xorshift64*, fixed seed), written to disk:
@@ -191,7 +191,7 @@ const cb::state::BoxLocation kBox{"bench", "box"};
 int usage() {
   std::fprintf(stderr,
                "usage: state_bench gen|edit DIR [--scale N]\n"
-               "       state_bench save STORE DIR\n"
+               "       state_bench save STORE DIR [--put-threads N]\n"
                "       state_bench restore STORE TARGET\n");
   return 2;
 }
@@ -206,8 +206,12 @@ int main(int argc, char** argv) {
   if (argc < 3) return usage();
   const std::string cmd = argv[1];
   int scale = 3;
+  int put_threads = cb::state::SaveOptions().put_threads;
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--put-threads") == 0 && i + 1 < argc) {
+      put_threads = std::atoi(argv[++i]);
+    }
   }
 
   if (cmd == "gen" || cmd == "edit") {
@@ -250,6 +254,7 @@ int main(int argc, char** argv) {
     if (cmd == "save") {
       cb::state::SaveOptions options;
       options.scan.roots = {{std::filesystem::absolute(argv[3]).string(), "home/user"}};
+      options.put_threads = put_threads;
       auto saved =
           cb::state::save_snapshot(**store, keys, kBox, options, cb::system_clock(), random);
       if (!saved.ok()) {

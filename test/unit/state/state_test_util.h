@@ -115,13 +115,19 @@ class FaultyStore final : public Store {
   }
   // Gets of keys containing |needle| return kNotFound (a lost object).
   void hide(std::string needle) { hidden_ = std::move(needle); }
+  // Read these once the save has returned (its put threads are joined by then).
   int puts() const { return puts_; }
   const std::vector<std::string>& put_keys() const { return put_keys_; }
   int stats() const { return stats_; }
 
+  // Puts may come from several threads (StoreChunkSink's put threads).
   Status put(std::string_view key, std::string_view data) override {
-    int n = ++puts_;
-    put_keys_.emplace_back(key);
+    int n = 0;
+    {
+      std::lock_guard lock(mu_);
+      n = ++puts_;
+      put_keys_.emplace_back(key);
+    }
     if (n == fail_at_ && mode_ == Mode::kBefore) return unavailable("injected: put before");
     Status s = inner_.put(key, data);
     if (n == fail_at_ && mode_ == Mode::kAfter) return unavailable("injected: put after");
@@ -147,10 +153,11 @@ class FaultyStore final : public Store {
 
  private:
   Store& inner_;
+  std::mutex mu_;  // puts_ and put_keys_
   int fail_at_ = 0;
   Mode mode_ = Mode::kBefore;
   int puts_ = 0;
-  int stats_ = 0;
+  std::atomic<int> stats_{0};
   std::string hidden_;
   std::vector<std::string> put_keys_;
 };
