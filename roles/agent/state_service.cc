@@ -527,6 +527,16 @@ asio::awaitable<bool> run_job(const std::shared_ptr<Job>& job, grpc::ServerWrite
       writing = false;
     }
   }
+  // The final counts, so a short job reports its progress at least once.
+  if (writing) {
+    v1::TransferProgress p = job->progress.snapshot();
+    if (p.bytes() + p.chunks() + p.files() != last_sent) {
+      Resp resp;
+      *resp.mutable_progress() = std::move(p);
+      Status st = co_await writer.write(resp);
+      writing = st.ok();
+    }
+  }
   co_return writing;
 }
 

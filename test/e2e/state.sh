@@ -44,7 +44,8 @@ size_new=$(rsh main 'cat /workspace/t/file-2 /workspace/t/file-3 | wc -c')
 cb save --json >"$tmp/save2.json" 2>"$tmp/save2.err" || fail "save 2: $(cat "$tmp/save2.err")"
 snap2=$(json 'v["snapshot"]["id"]' <"$tmp/save2.json")
 [[ $snap2 > $snap1 ]] || fail "snapshot ids do not sort by time: $snap1 $snap2"
-grep -q 'chunks uploaded' "$tmp/save2.err" || [[ ! -s $tmp/save2.err ]] || fail "save 2 stderr: $(cat "$tmp/save2.err")"
+grep -q '^saving: .* read, [0-9]* chunks uploaded' "$tmp/save2.err" || fail "save 2 progress on stderr: $(cat "$tmp/save2.err")"
+[[ $(json 'v["uploaded_chunks"]' <"$tmp/save2.json") == 2 ]] || fail "save 2 uploaded: $(cat "$tmp/save2.json")"
 ok "save 2: $snap2"
 
 # --- the timeline ---
@@ -73,6 +74,8 @@ ok "browse lists one directory of a snapshot"
 # --- restore a path of the first save ---
 cb restore /workspace/t/file-2 --snapshot "$snap1" --json >"$tmp/restore.json" 2>"$tmp/restore.err" ||
   fail "restore: $(cat "$tmp/restore.err")"
+grep -q '^restoring: 1 files, .* written, 1 chunks fetched' "$tmp/restore.err" ||
+  fail "restore progress on stderr: $(cat "$tmp/restore.err")"
 rpath=$(json 'v["path"]' <"$tmp/restore.json")
 [[ $rpath == /home/user/Restored/20* ]] || fail "restored into $rpath"
 got=$(rsh main "sha256sum '$rpath/workspace/t/file-2'" | cut -d' ' -f1)
