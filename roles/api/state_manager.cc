@@ -28,6 +28,9 @@ constexpr size_t kMaxUrlsBody = 1u << 20;
 constexpr size_t kMaxIdsPerRequest = 2048;
 // A save or restore may take long (a first save of a big box); the agent reports progress.
 constexpr auto kTransferTimeout = std::chrono::hours(12);
+// A save before hibernating gives up after this long (the box hibernates anyway), so an agent
+// that does not answer cannot keep its box awake.
+constexpr auto kHibernateSaveTimeout = std::chrono::minutes(10);
 
 int64_t now_unix() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -71,7 +74,8 @@ int http_code(const Status& st) {
 // A gRPC call to the box's agent on |conn|, with a fresh credential for |box|.
 Result<std::unique_ptr<grpc::ClientCall>> open_agent_call(
     const std::shared_ptr<http::H2Connection>& conn, const std::string& credential,
-    const std::string& path, const grpc::ChannelOptions& copts) {
+    const std::string& path, const grpc::ChannelOptions& copts,
+    net::Deadline deadline = net::after(kTransferTimeout)) {
   http::RequestHead head;
   head.method = "POST";
   head.path = path;
@@ -81,7 +85,7 @@ Result<std::unique_ptr<grpc::ClientCall>> open_agent_call(
   head.headers.push_back(http::Header{std::string("te"), std::string("trailers")});
   head.headers.push_back(http::Header{std::string("x-cocoonbox-credential"), credential});
   ASSIGN_OR_RETURN(auto stream, conn->open_stream(head, false));
-  return std::make_unique<grpc::ClientCall>(stream, copts, net::after(kTransferTimeout));
+  return std::make_unique<grpc::ClientCall>(stream, copts, deadline);
 }
 
 TransferCounters counters_of(const av1::TransferProgress& p) {
@@ -170,8 +174,8 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save(int64_t user_id, std::st
       if (*alive) boxes->detach(id);
     }
   } detach{&boxes_, alive, box_id};
-  auto out =
-      co_await save_over(target->first, target->second, std::move(progress), only_if_changed);
+  auto out = co_await save_over(target->first, target->second, std::move(progress), only_if_changed,
+                                net::after(kTransferTimeout));
   co_return out;
 }
 
@@ -186,7 +190,7 @@ asio::awaitable<void> StateManager::save_before_hibernate(
   auto user_guard = co_await locks_.user_shared(state_user(box.user_id));
   if (!user_guard.ok() || !*alive) co_return;
   ProgressSink none;
-  auto saved = co_await save_over(box, conn, none, true);
+  auto saved = co_await save_over(box, conn, none, true, net::after(kHibernateSaveTimeout));
   if (!*alive) co_return;
   if (!saved.ok()) {
     log::warn("save before hibernate failed",
@@ -197,8 +201,8 @@ asio::awaitable<void> StateManager::save_before_hibernate(
 }
 
 asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
-    Box box, std::shared_ptr<http::H2Connection> conn, ProgressSink progress,
-    bool only_if_changed) {
+    Box box, std::shared_ptr<http::H2Connection> conn, ProgressSink progress, bool only_if_changed,
+    net::Deadline deadline) {
   auto alive = alive_;
   const int64_t user_id = box.user_id;
   const std::string box_id = box.id;
@@ -254,7 +258,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
   copts.authority = "agent";
   const std::string credential = boxes_.credential(box);
   const std::string path("/cocoonbox.agent.v1.State/Save");
-  auto call = open_agent_call(conn, credential, path, copts);
+  auto call = open_agent_call(conn, credential, path, copts, deadline);
   if (!call.ok()) co_return call.status().with_prefix(std::string("box agent"));
   std::string bytes = req.SerializeAsString();
   crypto::wipe(*req.mutable_access()->mutable_state_key());

@@ -120,7 +120,8 @@ class StateManager {
   asio::awaitable<Result<SaveOutcome>> save(int64_t user_id, std::string box_ref,
                                             ProgressSink progress, bool only_if_changed = false);
   // Saves |box| over the agent connection |conn| before its hibernation, if anything changed
-  // since the head; skipped while a save or restore of the box runs. Errors are logged.
+  // since the head; skipped while a save or restore of the box runs, and given up after 10
+  // minutes (the box then hibernates anyway). Errors are logged.
   asio::awaitable<void> save_before_hibernate(Box box, std::shared_ptr<http::H2Connection> conn);
   // Puts the head snapshot back into a box whose files were lost with its machine (seed
   // §14.9 step 9), over the new machine's agent connection |conn|. Returns the detail to
@@ -173,9 +174,11 @@ class StateManager {
     int64_t expires_unix = 0;
   };
   std::string new_ticket(Ticket ticket);
-  // The save itself, with the box's and user's locks held and the agent's connection.
+  // The save itself, with the box's and user's locks held and the agent's connection; the
+  // agent's call ends with DEADLINE_EXCEEDED at |deadline|.
   asio::awaitable<Result<SaveOutcome>> save_over(Box box, std::shared_ptr<http::H2Connection> conn,
-                                                 ProgressSink progress, bool only_if_changed);
+                                                 ProgressSink progress, bool only_if_changed,
+                                                 net::Deadline deadline);
   asio::awaitable<Result<std::string>> state_key(int64_t user_id);
   asio::awaitable<void> door_urls(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> door_object(http::ServerRequest& req, std::string box_id);
