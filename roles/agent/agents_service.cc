@@ -3,6 +3,7 @@
 #include "base/base64.h"
 #include "base/log.h"
 #include "crypto/hash.h"
+#include "model/compact.h"
 #include "tools/contract.h"
 
 #include <fmt/format.h>
@@ -30,7 +31,43 @@ pb::TurnState turn_state(std::string_view s) {
   if (s == "done") return pb::TURN_DONE;
   if (s == "failed") return pb::TURN_FAILED;
   if (s == "cancelled") return pb::TURN_CANCELLED;
+  if (s == "waiting_for_user") return pb::TURN_WAITING_FOR_USER;
   return pb::TURN_STATE_UNSPECIFIED;
+}
+
+pb::ApprovalMode approval_mode(std::string_view s) {
+  return s == "ask" ? pb::APPROVAL_ASK : pb::APPROVAL_AUTO;
+}
+
+pb::ApprovalState approval_state(std::string_view s) {
+  if (s == "pending") return pb::APPROVAL_PENDING;
+  if (s == "approved") return pb::APPROVAL_APPROVED;
+  if (s == "always") return pb::APPROVAL_ALWAYS;
+  if (s == "denied") return pb::APPROVAL_DENIED;
+  if (s == "expired") return pb::APPROVAL_EXPIRED;
+  if (s == "cancelled") return pb::APPROVAL_CANCELLED;
+  return pb::APPROVAL_STATE_UNSPECIFIED;
+}
+
+pb::Approval to_proto(const ApprovalRow& a) {
+  pb::Approval out;
+  out.set_id(a.id);
+  out.set_agent_id(a.agent_id);
+  out.set_turn_id(a.turn_id);
+  out.set_call_id(a.call_id);
+  out.set_tool(a.tool);
+  out.set_arguments_json(a.arguments);
+  out.set_state(approval_state(a.state));
+  out.set_reason(a.reason);
+  out.set_created_unix_ms(a.created_ms);
+  out.set_decided_unix_ms(a.decided_ms);
+  return out;
+}
+
+std::string denied_text(const std::string& reason) {
+  std::string t = "The user denied this tool call; it did not run.";
+  if (!reason.empty()) t += " The user said: " + reason;
+  return t;
 }
 
 pb::ItemKind item_kind(std::string_view s) {
@@ -38,6 +75,8 @@ pb::ItemKind item_kind(std::string_view s) {
   if (s == "tool_call") return pb::ITEM_TOOL_CALL;
   if (s == "tool_result") return pb::ITEM_TOOL_RESULT;
   if (s == "error") return pb::ITEM_ERROR;
+  if (s == "approval") return pb::ITEM_APPROVAL;
+  if (s == "summary") return pb::ITEM_SUMMARY;
   return pb::ITEM_KIND_UNSPECIFIED;
 }
 
@@ -47,6 +86,7 @@ pb::Agent to_proto(const AgentRow& a) {
   out.set_name(a.name);
   out.set_model(a.model);
   out.set_created_unix_ms(a.created_ms);
+  out.set_approval_mode(approval_mode(a.approval_mode));
   if (a.last_turn) {
     out.mutable_last_turn()->set_id(a.last_turn->id);
     out.mutable_last_turn()->set_state(turn_state(a.last_turn->state));
@@ -88,13 +128,19 @@ bool cancelled_now(asio::cancellation_state cs) {
 
 }  // namespace
 
-std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
+namespace {
+
+// The messages of |items| (summary items and errors left out), and for each message the seq
+// of its first item.
+std::vector<model::Message> build_messages(std::span<const ItemRow> items,
+                                           std::vector<int64_t>* first_seqs) {
   std::vector<model::Message> msgs;
-  auto add = [&msgs](model::Role role, model::Part part) {
+  auto add = [&msgs, first_seqs](model::Role role, model::Part part, int64_t seq) {
     if (msgs.empty() || msgs.back().role != role) {
       model::Message m;
       m.role = role;
       msgs.push_back(std::move(m));
+      if (first_seqs != nullptr) first_seqs->push_back(seq);
     }
     msgs.back().parts.push_back(std::move(part));
   };
@@ -102,31 +148,69 @@ std::vector<model::Message> conversation_from_transcript(const std::vector<ItemR
     json p = json::parse(item.payload, nullptr, false);
     if (!p.is_object()) continue;
     if (item.kind == "text" && item.role == "user") {
-      add(model::Role::kUser, model::Part::text_part(p.value("text", "")));
+      add(model::Role::kUser, model::Part::text_part(p.value("text", "")), item.seq);
       if (p.contains("attachments") && p["attachments"].is_array()) {
         for (const json& a : p["attachments"]) {
           const std::string type = a.value("media_type", "");
           if (type.rfind("image/", 0) == 0) {
-            add(model::Role::kUser, model::Part::image_part(type, a.value("data", "")));
+            add(model::Role::kUser, model::Part::image_part(type, a.value("data", "")), item.seq);
           } else {
             auto text = base64_decode(a.value("data", ""));
             add(model::Role::kUser,
                 model::Part::text_part(fmt::format("Attachment {}:\n{}", a.value("name", ""),
-                                                   text.ok() ? *text : std::string())));
+                                                   text.ok() ? *text : std::string())),
+                item.seq);
           }
         }
       }
     } else if (item.kind == "text" && item.role == "assistant") {
-      add(model::Role::kAssistant, model::Part::text_part(p.value("text", "")));
+      add(model::Role::kAssistant, model::Part::text_part(p.value("text", "")), item.seq);
     } else if (item.kind == "tool_call") {
       add(model::Role::kAssistant,
           model::Part::tool_call_part(p.value("id", ""), p.value("name", ""),
-                                      p.value("arguments", "{}")));
+                                      p.value("arguments", "{}")),
+          item.seq);
     } else if (item.kind == "tool_result") {
       add(model::Role::kUser,
           model::Part::tool_result_part(p.value("id", ""),
                                         parts_from_mcp(p.value("content", json::array())),
-                                        p.value("is_error", false)));
+                                        p.value("is_error", false)),
+          item.seq);
+    }
+  }
+  return msgs;
+}
+
+}  // namespace
+
+std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
+  // The latest summary stands for every item up to its through_seq (compaction).
+  const ItemRow* summary = nullptr;
+  for (const ItemRow& item : items) {
+    if (item.kind == "summary") summary = &item;
+  }
+  std::vector<model::Message> msgs;
+  if (summary == nullptr) {
+    msgs = build_messages(items, nullptr);
+  } else {
+    json p = json::parse(summary->payload, nullptr, false);
+    const int64_t through = p.is_object() ? p.value("through_seq", int64_t{0}) : 0;
+    const std::string text = p.is_object() ? p.value("text", "") : std::string();
+    std::vector<ItemRow> kept;
+    for (const ItemRow& item : items) {
+      if (item.seq > through) kept.push_back(item);
+    }
+    // The messages the loop had right after it compacted: apply_compaction() on
+    // [placeholder, kept...] with split 1. When everything was summarized, the summary is a
+    // user message of its own, and what came later follows it.
+    std::vector<model::Message> rest = build_messages(kept, nullptr);
+    std::vector<model::Message> hist(1);
+    if (rest.empty() || rest.front().role != model::Role::kUser) {
+      msgs = model::apply_compaction(hist, 1, text);
+      for (auto& m : rest) msgs.push_back(std::move(m));
+    } else {
+      for (auto& m : rest) hist.push_back(std::move(m));
+      msgs = model::apply_compaction(hist, 1, text);
     }
   }
   // Every tool call must be answered in the next message (both wires refuse otherwise); a
@@ -156,6 +240,25 @@ std::vector<model::Message> conversation_from_transcript(const std::vector<ItemR
   return msgs;
 }
 
+std::vector<model::Part> unanswered_calls(const std::vector<ItemRow>& items,
+                                          const std::string& turn_id) {
+  std::vector<model::Part> calls;
+  std::set<std::string> answered;
+  for (const ItemRow& item : items) {
+    if (item.turn_id != turn_id) continue;
+    json p = json::parse(item.payload, nullptr, false);
+    if (!p.is_object()) continue;
+    if (item.kind == "tool_call") {
+      calls.push_back(model::Part::tool_call_part(p.value("id", ""), p.value("name", ""),
+                                                  p.value("arguments", "{}")));
+    } else if (item.kind == "tool_result") {
+      answered.insert(p.value("id", ""));
+    }
+  }
+  std::erase_if(calls, [&answered](const model::Part& c) { return answered.count(c.id) > 0; });
+  return calls;
+}
+
 std::vector<model::ToolDef> tool_defs(const json& tools) {
   std::vector<model::ToolDef> defs;
   if (!tools.is_array()) return defs;
@@ -179,6 +282,9 @@ struct AgentsService::Running {
   asio::cancellation_signal signal;
   net::Timer ended;  // cancelled when the turn has ended
   bool done = false;
+  // The approval the loop waits for and the timer it waits on (Respond cancels it).
+  std::string waiting_approval;
+  net::Timer* approval_timer = nullptr;
 };
 
 struct AgentsService::Subscriber {
@@ -283,8 +389,11 @@ asio::awaitable<Result<pb::Agent>> AgentsService::Create(grpc::CallContext&,
   const std::string model = tc->main.name;
   const std::string nonce = req.client_nonce();
   const int64_t now = now_ms();
+  std::string mode = tc->approval_mode;
+  if (req.approval_mode() == pb::APPROVAL_AUTO) mode = "auto";
+  if (req.approval_mode() == pb::APPROVAL_ASK) mode = "ask";
   auto row = co_await db_.run(
-      [&](db::Database& d) { return create_agent(d, id, name, model, nonce, now); });
+      [&](db::Database& d) { return create_agent(d, id, name, model, nonce, now, mode); });
   if (!row.ok()) co_return row.status();
   notify();
   co_return to_proto(*row);
@@ -333,15 +442,20 @@ asio::awaitable<Result<pb::SendAccepted>> AgentsService::Send(grpc::CallContext&
   out.set_seq(started->seq);
   if (started->existing) co_return out;
   notify();
+  start_running(agent_id, turn_id, std::move(*tc));
+  co_return out;
+}
+
+void AgentsService::start_running(const std::string& agent_id, const std::string& turn_id,
+                                  TurnConfig tc) {
   auto running = std::make_shared<Running>(executor_);
   running->turn_id = turn_id;
   running_[agent_id] = running;
   asio::co_spawn(
-      executor_, run_turn(agent_id, turn_id, std::move(*tc)),
+      executor_, run_turn(agent_id, turn_id, std::move(tc)),
       // The handler keeps |running| (and so the signal behind the slot) alive
       // until the coroutine has completed.
       asio::bind_cancellation_slot(running->signal.slot(), [running](std::exception_ptr) {}));
-  co_return out;
 }
 
 asio::awaitable<Result<pb::TranscriptPage>> AgentsService::Transcript(grpc::CallContext&,
@@ -368,16 +482,116 @@ asio::awaitable<Result<pb::CancelResponse>> AgentsService::Cancel(grpc::CallCont
   pb::CancelResponse out;
   auto it = running_.find(req.agent_id());
   if (it == running_.end()) {
+    // Not running; a turn that waits for the user ends cancelled.
     const std::string agent_id = req.agent_id();
-    auto agent = co_await db_.run([&](db::Database& d) { return find_agent(d, agent_id); });
-    if (!agent.ok()) co_return agent.status();
-    if (!*agent) co_return not_found(fmt::format("agent {} not found", agent_id));
+    const int64_t now = now_ms();
+    auto turn =
+        co_await db_.run([&](db::Database& d) { return cancel_waiting_turn(d, agent_id, now); });
+    if (!turn.ok()) co_return turn.status();
+    if (!turn->empty()) notify();
+    out.set_turn_id(*turn);
     co_return out;
   }
   std::shared_ptr<Running> r = it->second;
   out.set_turn_id(r->turn_id);
   r->signal.emit(asio::cancellation_type::terminal);
   if (!r->done) co_await r->ended.async_wait();
+  co_return out;
+}
+
+asio::awaitable<Result<pb::Agent>> AgentsService::Update(grpc::CallContext&,
+                                                         pb::UpdateAgentRequest&& req) {
+  const std::string agent_id = req.agent_id();
+  const std::string name = req.name();
+  std::string mode;
+  if (req.approval_mode() == pb::APPROVAL_AUTO) mode = "auto";
+  if (req.approval_mode() == pb::APPROVAL_ASK) mode = "ask";
+  auto row =
+      co_await db_.run([&](db::Database& d) { return update_agent(d, agent_id, name, mode); });
+  if (!row.ok()) co_return row.status();
+  notify();
+  co_return to_proto(*row);
+}
+
+asio::awaitable<Result<pb::RespondResponse>> AgentsService::Respond(grpc::CallContext&,
+                                                                    pb::RespondRequest&& req) {
+  if (stopping_) co_return unavailable("the agent is stopping");
+  pb::RespondResponse out;
+  const std::string agent_id = req.agent_id();
+  if (agent_id.empty()) co_return invalid_argument("agent_id: empty");
+  std::string state;
+  switch (req.decision()) {
+    case pb::APPROVE_ONCE:
+      state = "approved";
+      break;
+    case pb::APPROVE_ALWAYS:
+      state = "always";
+      break;
+    case pb::DENY:
+      state = "denied";
+      break;
+    case pb::CONTINUE:
+      break;
+    default:
+      co_return invalid_argument("decision: unspecified");
+  }
+  if (!state.empty()) {
+    if (req.approval_id().empty()) co_return invalid_argument("approval_id: empty");
+    const std::string approval_id = req.approval_id();
+    const std::string reason = req.message();
+    const int64_t now = now_ms();
+    auto found = co_await db_.run([&](db::Database& d) { return find_approval(d, approval_id); });
+    if (!found.ok()) co_return found.status();
+    if (!*found || (*found)->agent_id != agent_id)
+      co_return not_found(fmt::format("approval {} of agent {} not found", approval_id, agent_id));
+    out.set_turn_id((*found)->turn_id);
+    auto it = running_.find(agent_id);
+    const bool running = it != running_.end() && it->second->turn_id == (*found)->turn_id;
+    // A pending approval goes to the loop that waits; an expired one resumes the turn that
+    // waits for the user (checked against the turn's state below).
+    constexpr std::string_view kPending[] = {"pending"};
+    constexpr std::string_view kPendingOrExpired[] = {"pending", "expired"};
+    std::span<const std::string_view> from = kPending;
+    if (!running) from = kPendingOrExpired;
+    if (!running && (*found)->state == "expired") {
+      auto agent = co_await db_.run([&](db::Database& d) { return find_agent(d, agent_id); });
+      if (!agent.ok()) co_return agent.status();
+      const bool waits = *agent && (*agent)->last_turn &&
+                         (*agent)->last_turn->id == (*found)->turn_id &&
+                         (*agent)->last_turn->state == "waiting_for_user";
+      if (!waits) {
+        co_return failed_precondition(fmt::format(
+            "approval {} expired and its turn {} no longer waits", approval_id, (*found)->turn_id));
+      }
+    }
+    auto decided = co_await db_.run(
+        [&](db::Database& d) { return decide_approval(d, approval_id, from, state, reason, now); });
+    if (!decided.ok()) co_return decided.status();
+    if (!decided->changed) {
+      co_return failed_precondition(
+          fmt::format("approval {} is already {}", approval_id, decided->approval.state));
+    }
+    notify();
+    if (running) {
+      // Looked up again: the turn may have moved on while the database worked.
+      auto now_running = running_.find(agent_id);
+      if (now_running != running_.end() && now_running->second->waiting_approval == approval_id &&
+          now_running->second->approval_timer != nullptr)
+        now_running->second->approval_timer->cancel();
+      co_return out;
+    }
+  }
+  // Resume the turn that waits for the user.
+  if (running_.count(agent_id))
+    co_return failed_precondition(fmt::format("agent {} is running a turn", agent_id));
+  auto tc = co_await turn_config();
+  if (!tc.ok()) co_return tc.status();
+  auto turn = co_await db_.run([&](db::Database& d) { return resume_turn(d, agent_id); });
+  if (!turn.ok()) co_return turn.status();
+  notify();
+  out.set_turn_id(*turn);
+  out.set_resumed(true);
+  start_running(agent_id, *turn, std::move(*tc));
   co_return out;
 }
 
@@ -396,8 +610,9 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
                                               TurnConfig tc) {
   co_await asio::this_coro::throw_if_cancelled(false);
   Status st = ok_status();
+  std::string waiting;
   try {
-    st = co_await loop(agent_id, turn_id, tc);
+    st = co_await loop(agent_id, turn_id, tc, &waiting);
   } catch (const std::exception& e) {
     st = internal_error(fmt::format("agent loop: {}", e.what()));
   }
@@ -406,14 +621,17 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
   co_await asio::this_coro::reset_cancellation_state();
   std::string state = "done";
   std::string error;
-  if (was_cancelled) {
+  if (st.ok() && !waiting.empty()) {
+    state = "waiting_for_user";
+    error = waiting;
+  } else if (was_cancelled) {
     state = stopping_ ? "failed" : "cancelled";
     error = stopping_ ? "agent stopped" : "cancelled by the user";
   } else if (!st.ok()) {
     state = "failed";
     error = std::string(st.message());
   }
-  if (state != "done") {
+  if (state != "done" && state != "waiting_for_user") {
     const std::string payload = json{{"message", error}}.dump();
     auto item = co_await append(agent_id, turn_id, "system", "error", payload);
     if (!item.ok()) log::warn("agent turn: error item", {{"error", item.status().to_string()}});
@@ -432,8 +650,134 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
   }
 }
 
+asio::awaitable<Result<AgentsService::Verdict>> AgentsService::approve(const std::string& agent_id,
+                                                                       const std::string& turn_id,
+                                                                       const model::Part& call) {
+  Verdict run;
+  // A resumed turn: the user may have answered this call already.
+  auto prior =
+      co_await db_.run([&](db::Database& d) { return approval_for_call(d, turn_id, call.id); });
+  if (!prior.ok()) co_return prior.status();
+  if (*prior && ((*prior)->state == "approved" || (*prior)->state == "always")) co_return run;
+  if (*prior && (*prior)->state == "denied") {
+    Verdict deny;
+    deny.kind = Verdict::Kind::kDeny;
+    deny.reason = (*prior)->reason;
+    co_return deny;
+  }
+  auto needed =
+      co_await db_.run([&](db::Database& d) { return approval_needed(d, agent_id, call.name); });
+  if (!needed.ok()) co_return needed.status();
+  if (!*needed) co_return run;
+
+  ApprovalRow row;
+  row.id = new_id("ap_");
+  row.agent_id = agent_id;
+  row.turn_id = turn_id;
+  row.call_id = call.id;
+  row.tool = call.name;
+  row.arguments = call.arguments;
+  row.created_ms = now_ms();
+  auto created = co_await db_.run([&](db::Database& d) { return create_approval(d, row); });
+  if (!created.ok()) co_return created.status();
+  notify();
+  log::info("approval asked", {{"agent", agent_id}, {"approval", row.id}, {"tool", row.tool}});
+
+  // Wait for Respond (which cancels the timer), the timeout, or Cancel.
+  std::shared_ptr<Running> r = running_.count(agent_id) ? running_[agent_id] : nullptr;
+  net::Timer timer(executor_);
+  timer.expires_after(config_.approval_timeout);
+  if (r) {
+    r->waiting_approval = row.id;
+    r->approval_timer = &timer;
+  }
+  co_await timer.async_wait();
+  if (r) {
+    r->waiting_approval.clear();
+    r->approval_timer = nullptr;
+  }
+  const bool was_cancelled = cancelled_now(co_await asio::this_coro::cancellation_state);
+  constexpr std::string_view kPending[] = {"pending"};
+  std::string to = "expired";
+  std::string reason = fmt::format(
+      "no answer within {} s",
+      std::chrono::duration_cast<std::chrono::seconds>(config_.approval_timeout).count());
+  if (was_cancelled && stopping_) reason = "agent stopped";
+  if (was_cancelled && !stopping_) {
+    to = "cancelled";
+    reason = "the turn was cancelled";
+  }
+  const int64_t now = now_ms();
+  const std::string id = row.id;
+  auto decided = co_await db_.run(
+      [&](db::Database& d) { return decide_approval(d, id, kPending, to, reason, now); });
+  if (!decided.ok()) co_return decided.status();
+  if (decided->changed) notify();
+  const std::string& state = decided->approval.state;
+  if (state == "approved" || state == "always") co_return run;
+  if (state == "denied") {
+    Verdict deny;
+    deny.kind = Verdict::Kind::kDeny;
+    deny.reason = decided->approval.reason;
+    co_return deny;
+  }
+  if (state == "cancelled") co_return cancelled("cancelled");
+  Verdict wait;
+  wait.kind = Verdict::Kind::kWait;
+  wait.reason =
+      fmt::format("approval {} for {} {}; answer it with Respond, or Respond CONTINUE to ask again",
+                  id, row.tool, decided->approval.reason);
+  co_return wait;
+}
+
+asio::awaitable<Status> AgentsService::compact(const std::string& agent_id,
+                                               const std::string& turn_id, const TurnConfig& tc,
+                                               model::Client& client, model::Request& request) {
+  auto items = co_await db_.run(
+      [&](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
+  if (!items.ok()) co_return items.status();
+  // The messages as the loop has them (the conversation since the last summary).
+  std::vector<ItemRow> since;
+  int64_t through = 0;
+  for (const ItemRow& item : *items) {
+    if (item.kind != "summary") continue;
+    json p = json::parse(item.payload, nullptr, false);
+    if (p.is_object()) through = p.value("through_seq", int64_t{0});
+  }
+  for (const ItemRow& item : *items) {
+    if (item.seq > through && item.kind != "summary") since.push_back(item);
+  }
+  std::vector<int64_t> first_seqs;
+  std::vector<model::Message> msgs = build_messages(since, &first_seqs);
+  size_t split = model::compaction_split(msgs, tc.main, tc.main.context_tokens / 4);
+  if (split == 0 || msgs.empty()) co_return ok_status();  // nothing can be cut
+  const int64_t new_through = split < msgs.size() ? first_seqs[split] - 1 : items->back().seq;
+  // The older part, with the previous summary in front (it is part of what is summarized).
+  std::vector<model::Message> hist = request.messages;
+  const size_t old_count = hist.size() >= msgs.size() ? hist.size() - msgs.size() : 0;
+  model::Request sreq =
+      model::summarize_request(std::span<const model::Message>(hist.data(), old_count + split));
+  sreq.max_tokens = config_.max_tokens;
+  const model::ModelInfo& summarizer = tc.summarize_model();
+  model::CallOptions options;
+  options.deadline = net::after(config_.model_call_timeout);
+  options.retry = config_.retry;
+  auto resp = co_await client.call(summarizer, sreq, std::move(options));
+  if (!resp.ok()) co_return resp.status().with_prefix(std::string("compaction"));
+  const std::string summary = resp->message.text();
+  const std::string payload =
+      json{{"text", summary}, {"through_seq", new_through}, {"model", summarizer.name}}.dump();
+  auto item = co_await append(agent_id, turn_id, "system", "summary", payload);
+  if (!item.ok()) co_return item.status();
+  log::info("conversation compacted",
+            {{"agent", agent_id}, {"through_seq", new_through}, {"model", summarizer.name}});
+  items->push_back(std::move(*item));
+  request.messages = conversation_from_transcript(*items);
+  co_return ok_status();
+}
+
 asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const std::string& turn_id,
-                                            const TurnConfig& tc) {
+                                            const TurnConfig& tc, std::string* waiting) {
   auto endpoint = model::parse_endpoint(config_.model_endpoint);
   if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
   model::Client client(executor_, std::move(*endpoint));
@@ -443,50 +787,85 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
   model::Request request;
   request.system = tc.system_prompt.empty() ? std::string(kDefaultSystemPrompt) : tc.system_prompt;
   // The tools of every set, each name routed to its set.
-  std::map<std::string, ToolSet*, std::less<>> tool_set_of;
+  std::map<std::string, std::pair<ToolSet*, json>, std::less<>> tool_of;
   for (ToolSet* set : tool_sets_) {
     json defs = set->defs();
-    for (const json& d : defs) tool_set_of.emplace(d.value("name", ""), set);
+    for (const json& d : defs) tool_of.emplace(d.value("name", ""), std::make_pair(set, d));
     for (model::ToolDef& d : tool_defs(defs)) request.tools.push_back(std::move(d));
   }
   request.max_tokens = config_.max_tokens;
   request.messages = conversation_from_transcript(*items);
 
-  for (int step = 0; step < tc.max_steps; ++step) {
-    // A Cancel that came while no cancellable operation was pending (a database write) is
-    // only recorded in the state: look before each model call and each tool.
-    if (cancelled_now(co_await asio::this_coro::cancellation_state))
-      co_return cancelled("cancelled");
-    model::CallOptions options;
-    options.on_delta = [this, &agent_id, &turn_id](const model::Delta& d) {
-      if (d.kind == model::Delta::Kind::kText) publish_delta(agent_id, turn_id, d.text);
-    };
-    options.deadline = net::after(config_.model_call_timeout);
-    options.retry = config_.retry;
-    auto resp = co_await client.call(tc.main, request, std::move(options));
-    if (!resp.ok()) co_return resp.status();
-    if (cancelled_now(co_await asio::this_coro::cancellation_state))
-      co_return cancelled("cancelled");
-    for (const model::Part& part : resp->message.parts) {
-      std::string payload;
-      std::string kind;
-      if (part.kind == model::PartKind::kText) {
-        if (part.text.empty()) continue;
-        kind = "text";
-        payload = json{{"text", part.text}}.dump();
-      } else if (part.kind == model::PartKind::kToolCall) {
-        kind = "tool_call";
-        payload = json{{"id", part.id}, {"name", part.name}, {"arguments", part.arguments}}.dump();
-      } else {
-        continue;
-      }
-      auto item = co_await append(agent_id, turn_id, "assistant", kind, payload);
-      if (!item.ok()) co_return item.status();
-    }
+  // A resumed turn may hold tool calls of its last model step that have no result yet (an
+  // approval nobody answered, or the agent restarted while one waited): answer them first.
+  std::vector<model::Part> pending = unanswered_calls(*items, turn_id);
+  if (!pending.empty() && !request.messages.empty() &&
+      request.messages.back().role == model::Role::kUser) {
+    // conversation_from_transcript() answered them as interrupted; they are not.
+    std::set<std::string> ids;
+    for (const auto& c : pending) ids.insert(c.id);
+    auto& parts = request.messages.back().parts;
+    std::erase_if(parts, [&ids](const model::Part& p) {
+      return p.kind == model::PartKind::kToolResult && ids.count(p.id) > 0;
+    });
+  }
+
+  int step = 0;
+  while (true) {
     std::vector<model::Part> calls;
-    for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
-    request.messages.push_back(std::move(resp->message));
-    if (calls.empty()) co_return ok_status();
+    if (!pending.empty()) {
+      calls = std::move(pending);
+      pending.clear();
+    } else {
+      if (step >= tc.max_steps) {
+        *waiting = fmt::format(
+            "stopped after {} model steps without a final answer; Respond CONTINUE to go on",
+            tc.max_steps);
+        co_return ok_status();
+      }
+      ++step;
+      // A Cancel that came while no cancellable operation was pending (a database write) is
+      // only recorded in the state: look before each model call and each tool.
+      if (cancelled_now(co_await asio::this_coro::cancellation_state))
+        co_return cancelled("cancelled");
+      model::CallOptions options;
+      options.on_delta = [this, &agent_id, &turn_id](const model::Delta& d) {
+        if (d.kind == model::Delta::Kind::kText) publish_delta(agent_id, turn_id, d.text);
+      };
+      options.deadline = net::after(config_.model_call_timeout);
+      options.retry = config_.retry;
+      // Near the main model's context budget: the summarize model compacts older turns.
+      if (model::needs_compaction(request, tc.main)) {
+        Status compacted = co_await compact(agent_id, turn_id, tc, client, request);
+        if (!compacted.ok()) co_return compacted;
+        if (cancelled_now(co_await asio::this_coro::cancellation_state))
+          co_return cancelled("cancelled");
+      }
+      auto resp = co_await client.call(tc.main, request, std::move(options));
+      if (!resp.ok()) co_return resp.status();
+      if (cancelled_now(co_await asio::this_coro::cancellation_state))
+        co_return cancelled("cancelled");
+      for (const model::Part& part : resp->message.parts) {
+        std::string payload;
+        std::string kind;
+        if (part.kind == model::PartKind::kText) {
+          if (part.text.empty()) continue;
+          kind = "text";
+          payload = json{{"text", part.text}}.dump();
+        } else if (part.kind == model::PartKind::kToolCall) {
+          kind = "tool_call";
+          payload =
+              json{{"id", part.id}, {"name", part.name}, {"arguments", part.arguments}}.dump();
+        } else {
+          continue;
+        }
+        auto item = co_await append(agent_id, turn_id, "assistant", kind, payload);
+        if (!item.ok()) co_return item.status();
+      }
+      for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
+      request.messages.push_back(std::move(resp->message));
+      if (calls.empty()) co_return ok_status();
+    }
 
     std::vector<model::Part> results;
     for (const model::Part& call : calls) {
@@ -498,20 +877,36 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       } else {
         if (cancelled_now(co_await asio::this_coro::cancellation_state))
           co_return cancelled("cancelled");
-        auto set = tool_set_of.find(call.name);
-        Result<ToolResult> r = not_found(fmt::format("no tool named {:?}", call.name));
-        if (set != tool_set_of.end()) r = co_await set->second->call(call.name, args);
-        if (cancelled_now(co_await asio::this_coro::cancellation_state)) {
-          const std::string payload = json{
-              {"id", call.id},
-              {"name", call.name},
-              {"content", text_result("cancelled").content},
-              {"is_error", true}}.dump();
-          auto item = co_await append(agent_id, turn_id, "tool", "tool_result", payload);
-          (void)item;
-          co_return cancelled("cancelled");
+        auto tool = tool_of.find(call.name);
+        bool run = true;
+        if (tool != tool_of.end() && is_destructive(tool->second.second)) {
+          auto verdict = co_await approve(agent_id, turn_id, call);
+          if (!verdict.ok()) co_return verdict.status();
+          if (verdict->kind == Verdict::Kind::kWait) {
+            *waiting = verdict->reason;
+            co_return ok_status();
+          }
+          if (verdict->kind == Verdict::Kind::kDeny) {
+            run = false;
+            result = text_result(denied_text(verdict->reason), true);
+          }
         }
-        result = r.ok() ? std::move(*r) : text_result(std::string(r.status().message()), true);
+        if (run) {
+          Result<ToolResult> r = not_found(fmt::format("no tool named {:?}", call.name));
+          if (tool != tool_of.end())
+            r = co_await tool->second.first->call_for(agent_id, call.name, args);
+          if (cancelled_now(co_await asio::this_coro::cancellation_state)) {
+            const std::string payload = json{
+                {"id", call.id},
+                {"name", call.name},
+                {"content", text_result("cancelled").content},
+                {"is_error", true}}.dump();
+            auto item = co_await append(agent_id, turn_id, "tool", "tool_result", payload);
+            (void)item;
+            co_return cancelled("cancelled");
+          }
+          result = r.ok() ? std::move(*r) : text_result(std::string(r.status().message()), true);
+        }
       }
       const std::string payload = json{
           {"id", call.id},
@@ -524,10 +919,14 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       results.push_back(
           model::Part::tool_result_part(call.id, parts_from_mcp(result.content), result.is_error));
     }
-    request.messages.push_back(model::Message::user(std::move(results)));
+    if (!request.messages.empty() && request.messages.back().role == model::Role::kUser) {
+      // Results of a resumed step join the results already given for that step.
+      auto& parts = request.messages.back().parts;
+      for (auto& p : results) parts.push_back(std::move(p));
+    } else {
+      request.messages.push_back(model::Message::user(std::move(results)));
+    }
   }
-  co_return resource_exhausted(
-      fmt::format("stopped after {} model steps without a final answer", tc.max_steps));
 }
 
 asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::EventsRequest req,
@@ -542,9 +941,12 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
   }
   bool want_transcript = req.channels_size() == 0;
   bool want_agents = req.channels_size() == 0;
+  bool want_approvals = req.channels_size() == 0;
   for (const std::string& c : req.channels()) {
     if (c == "transcript") {
       want_transcript = true;
+    } else if (c == "approvals") {
+      want_approvals = true;
     } else if (c == "agents") {
       want_agents = true;
     } else {
@@ -577,6 +979,8 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
         *ev.mutable_item() = to_proto(*row.item);
       } else if (row.channel == "agents" && want_agents && row.agent) {
         *ev.mutable_agent() = to_proto(*row.agent);
+      } else if (row.channel == "approvals" && want_approvals && row.approval) {
+        *ev.mutable_approval() = to_proto(*row.approval);
       } else {
         continue;
       }

@@ -53,6 +53,8 @@ struct AgentsConfig {
   int max_tokens = 4096;
   model::RetryPolicy retry;
   std::chrono::milliseconds model_call_timeout{std::chrono::minutes(10)};
+  // How long a tool call waits for Respond before the turn ends as waiting_for_user.
+  std::chrono::milliseconds approval_timeout{std::chrono::minutes(10)};
 };
 
 extern const std::string_view kDefaultSystemPrompt;
@@ -60,6 +62,11 @@ extern const std::string_view kDefaultSystemPrompt;
 // The conversation a transcript stands for (errors left out; tool calls a cancelled or
 // crashed turn never answered get an error result, as both wires require an answer).
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items);
+
+// The tool calls of turn |turn_id| that have no tool_result item (a turn that waits for the
+// user stopped before answering them).
+std::vector<model::Part> unanswered_calls(const std::vector<ItemRow>& items,
+                                          const std::string& turn_id);
 
 // MCP Tool objects (a JSON array) as model tool definitions.
 std::vector<model::ToolDef> tool_defs(const nlohmann::json& tools);
@@ -96,6 +103,10 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
       grpc::CallContext& ctx, cocoonbox::agent::v1::TranscriptRequest&& req) override;
   asio::awaitable<Result<cocoonbox::agent::v1::CancelResponse>> Cancel(
       grpc::CallContext& ctx, cocoonbox::agent::v1::AgentRef&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::Agent>> Update(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::UpdateAgentRequest&& req) override;
+  asio::awaitable<Result<cocoonbox::agent::v1::RespondResponse>> Respond(
+      grpc::CallContext& ctx, cocoonbox::agent::v1::RespondRequest&& req) override;
 
   // Session.Events: the log after req.from_offset_key, then live until the client goes away.
   // Errors: kInvalidArgument (bad offset key or channel), the writer's.
@@ -106,9 +117,25 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   struct Running;
   struct Subscriber;
 
+  // What the loop asks of the user before a destructive call: run it, deny it (|reason| for
+  // the model), or end the turn waiting for the user (|reason| says why).
+  struct Verdict {
+    enum class Kind { kRun, kDeny, kWait } kind = Kind::kRun;
+    std::string reason;
+  };
+
+  void start_running(const std::string& agent_id, const std::string& turn_id, TurnConfig tc);
   asio::awaitable<void> run_turn(std::string agent_id, std::string turn_id, TurnConfig tc);
+  // Ok with |*waiting| set: the turn ends as waiting_for_user for that reason.
   asio::awaitable<Status> loop(const std::string& agent_id, const std::string& turn_id,
-                               const TurnConfig& tc);
+                               const TurnConfig& tc, std::string* waiting);
+  // Replaces the older part of |request|'s conversation by a summary from the summarize
+  // model, kept as a summary item (README.md §Compaction).
+  asio::awaitable<Status> compact(const std::string& agent_id, const std::string& turn_id,
+                                  const TurnConfig& tc, model::Client& client,
+                                  model::Request& request);
+  asio::awaitable<Result<Verdict>> approve(const std::string& agent_id, const std::string& turn_id,
+                                           const model::Part& call);
   asio::awaitable<Result<ItemRow>> append(const std::string& agent_id, const std::string& turn_id,
                                           std::string_view role, std::string_view kind,
                                           const std::string& payload);

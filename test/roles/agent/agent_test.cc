@@ -275,7 +275,7 @@ TEST_CASE("Agent: an agent.db left by a crash reopens, and every start is record
   REQUIRE(db.status() == ok_status());
   auto version = db::schema_version(*db);
   REQUIRE(version.ok());
-  CHECK(*version == 2);  // migration 2: the Agents tables
+  CHECK(*version == 3);  // migration 3: approvals, waiting turns, summaries
   auto st = db->prepare("SELECT count(*), count(wake_id), min(wake_id) FROM agent_starts");
   REQUIRE(st.status() == ok_status());
   auto row = st->step();

@@ -1,10 +1,17 @@
 // Agents and Session.Events against a real in-process agent whose model endpoint is
 // test/support/fake_gateway.py on a unix socket (as the api's model door is in a box).
 
+// gcc 12 at -O2 warns that a coroutine frame (db::Worker::run() inlined into a test's
+// coroutine) is deleted "with nonzero offset" (-Wfree-nonheap-object): a false positive of its
+// coroutine lowering, reported inside <memory>, so it is turned off before any include.
+#pragma GCC diagnostic ignored "-Wfree-nonheap-object"
+
 #include "agent_harness.h"
+#include "base/base64.h"
 #include "cocoonbox/agent/v1/agents.cbgrpc.h"
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "grpc/client.h"
+#include "model/compact.h"
 #include "roles/agent/agent_config.h"
 #include "roles/agent/agent_db.h"
 #include "roles/agent/agents_store.h"
@@ -672,6 +679,626 @@ TEST_CASE("Agents: agent.json sets the models, applies at the next turn, a bad f
   CHECK((*reqs)[0]["body"]["system"].dump().find("from the file") != std::string::npos);
   CHECK((*reqs)[1]["wire"] == "openai");  // the flag's wire again
   CHECK((*reqs)[1]["body"]["model"] == "other-model");
+}
+
+}  // namespace cb::agent
+
+namespace cb::agent {
+namespace {
+
+// Reads Session.Events from the start until an agents event shows |turn_id| in |state|.
+asio::awaitable<EventsRead> wait_turn_state(std::shared_ptr<grpc::Channel> channel,
+                                            std::string credential, std::string turn_id,
+                                            v1::TurnState state) {
+  v1::Session::Stub stub(std::move(channel));
+  v1::EventsRequest req;
+  req.set_no_deltas(true);
+  EventsRead out;
+  auto call = co_await stub.Events(req, call_options_with(one(credential), 30s));
+  if (!call.ok()) co_return out;
+  while (auto ev = co_await call->read()) {
+    out.events.push_back(*ev);
+    out.last_offset = ev->offset_key();
+    if (ev->has_agent() && ev->agent().last_turn().id() == turn_id &&
+        ev->agent().last_turn().state() == state)
+      break;
+  }
+  call->call().cancel();
+  co_return out;
+}
+
+// Reads the approvals channel from the start until the |nth| (1-based) approval in |state|.
+asio::awaitable<std::optional<v1::Approval>> wait_approval(std::shared_ptr<grpc::Channel> channel,
+                                                           std::string credential,
+                                                           v1::ApprovalState state, int nth = 1) {
+  v1::Session::Stub stub(std::move(channel));
+  v1::EventsRequest req;
+  req.add_channels("approvals");
+  std::optional<v1::Approval> out;
+  auto call = co_await stub.Events(req, call_options_with(one(credential), 30s));
+  if (!call.ok()) co_return out;
+  int seen = 0;
+  while (auto ev = co_await call->read()) {
+    if (ev->channel() != "approvals" || !ev->has_approval()) continue;
+    if (ev->approval().state() == state && ++seen == nth) {
+      out = ev->approval();
+      break;
+    }
+  }
+  call->call().cancel();
+  co_return out;
+}
+
+asio::awaitable<Result<v1::RespondResponse>> respond(std::shared_ptr<grpc::Channel> channel,
+                                                     std::string credential, std::string agent_id,
+                                                     std::string approval_id, v1::Decision decision,
+                                                     std::string message = {}) {
+  v1::Agents::Stub stub(std::move(channel));
+  v1::RespondRequest req;
+  req.set_agent_id(agent_id);
+  req.set_approval_id(approval_id);
+  req.set_decision(decision);
+  req.set_message(message);
+  auto r = co_await stub.Respond(req, call_options_with(one(credential)));
+  co_return r;
+}
+
+asio::awaitable<Result<v1::Agent>> create_agent_with(std::shared_ptr<grpc::Channel> channel,
+                                                     std::string credential,
+                                                     v1::ApprovalMode mode) {
+  v1::Agents::Stub stub(std::move(channel));
+  v1::CreateAgentRequest create;
+  create.set_approval_mode(mode);
+  auto a = co_await stub.Create(create, call_options_with(one(credential)));
+  co_return a;
+}
+
+asio::awaitable<Result<v1::TranscriptPage>> transcript_of(std::shared_ptr<grpc::Channel> channel,
+                                                          std::string credential,
+                                                          std::string agent_id) {
+  v1::Agents::Stub stub(std::move(channel));
+  v1::TranscriptRequest tr;
+  tr.set_agent_id(agent_id);
+  auto t = co_await stub.Transcript(tr, call_options_with(one(credential)));
+  co_return t;
+}
+
+json shell_call(const std::string& wire, const std::string& id, const std::string& command) {
+  return {{"wire", wire},
+          {"tool_calls", {{{"id", id}, {"name", "shell"}, {"arguments", {{"command", command}}}}}}};
+}
+
+std::vector<std::string> kinds_of(const std::vector<json>& items) {
+  std::vector<std::string> out;
+  for (const json& i : items) {
+    std::string k = i["_kind"];
+    if (k == "ITEM_APPROVAL") k += ":" + i.value("state", "");
+    out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Agents: in ask mode a destructive call waits; approved once it runs",
+          "[agent][agents][approvals][integration]") {
+  const std::string wire = GENERATE(std::string("openai"), std::string("anthropic"));
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  const std::string marker = s.dir / "ran";
+  json script = json::array();
+  // list_dir is not destructive: it runs without asking.
+  script.push_back(
+      {{"wire", wire}, {"tool_calls", {{{"id", "c0"}, {"name", "list_dir"}, {"arguments", {}}}}}});
+  script.push_back(shell_call(wire, "c1", "touch " + marker + "; echo hi"));
+  script.push_back({{"wire", wire}, {"text", "done"}});
+  REQUIRE(gw.set_script(script).ok());
+  std::optional<v1::Approval> pending;
+  bool ran_before_answer = true;
+  Result<v1::RespondResponse> answered = internal_error("not run");
+  Result<v1::RespondResponse> again = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  EventsRead all, resumed;
+  std::string mid_offset;
+  with_agent(config_for(s, gw, wire_of(wire)), [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_ASK);
+    if (!a.ok()) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    pending = co_await wait_approval(channel, s.credential(), v1::APPROVAL_PENDING);
+    if (!pending) co_return;
+    ran_before_answer = std::filesystem::exists(marker);
+    answered = co_await respond(channel, s.credential(), a->id(), pending->id(), v1::APPROVE_ONCE);
+    all = co_await wait_turn_state(channel, s.credential(), sent->turn_id(), v1::TURN_DONE);
+    again = co_await respond(channel, s.credential(), a->id(), pending->id(), v1::DENY);
+    transcript = co_await transcript_of(channel, s.credential(), a->id());
+    // A client that saw the first half of the log resumes from its offset.
+    mid_offset = all.events[all.events.size() / 2].offset_key();
+    resumed = co_await read_events(channel, s.credential(), mid_offset, all.last_offset, "");
+    channel->close();
+  });
+  REQUIRE(pending.has_value());
+  CHECK(pending->tool() == "shell");
+  CHECK(pending->call_id() == "c1");
+  CHECK(json::parse(pending->arguments_json())["command"] == "touch " + marker + "; echo hi");
+  CHECK_FALSE(ran_before_answer);
+  REQUIRE(answered.status() == ok_status());
+  CHECK_FALSE(answered->resumed());
+  CHECK(std::filesystem::exists(marker));
+  // Answered already: a second answer is refused.
+  CHECK(again.status().code() == Code::kFailedPrecondition);
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) ==
+        std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT",
+                                 "ITEM_TOOL_CALL", "ITEM_APPROVAL:pending",
+                                 "ITEM_APPROVAL:approved", "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  CHECK(items[4]["approval_id"] == pending->id());
+  CHECK(items[6]["is_error"] == false);
+  // The approvals channel is in the log, and a resumed reader gets exactly the rest.
+  std::vector<std::string> approvals;
+  for (const auto& ev : all.events) {
+    if (ev.has_approval()) approvals.push_back(v1::ApprovalState_Name(ev.approval().state()));
+  }
+  CHECK(approvals == std::vector<std::string>{"APPROVAL_PENDING", "APPROVAL_APPROVED"});
+  std::vector<std::string> tail, expect;
+  bool after = false;
+  for (const auto& ev : all.events) {
+    if (after) expect.push_back(ev.SerializeAsString());
+    if (ev.offset_key() == mid_offset) after = true;
+  }
+  for (const auto& ev : resumed.events) tail.push_back(ev.SerializeAsString());
+  CHECK(tail == expect);
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 3);
+  CHECK((*reqs)[2]["outcome"] != "refused");
+}
+
+TEST_CASE("Agents: a denied call does not run and the model is told; the loop goes on",
+          "[agent][agents][approvals][integration]") {
+  const std::string wire = GENERATE(std::string("openai"), std::string("anthropic"));
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  const std::string marker = s.dir / "ran";
+  json script = json::array();
+  script.push_back(shell_call(wire, "c1", "touch " + marker));
+  script.push_back({{"wire", wire}, {"text", "understood"}});
+  REQUIRE(gw.set_script(script).ok());
+  Result<v1::RespondResponse> denied = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  with_agent(config_for(s, gw, wire_of(wire)), [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_ASK);
+    if (!a.ok()) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    auto pending = co_await wait_approval(channel, s.credential(), v1::APPROVAL_PENDING);
+    if (!pending) co_return;
+    denied = co_await respond(channel, s.credential(), a->id(), pending->id(), v1::DENY,
+                              "not in this folder");
+    co_await wait_turn_state(channel, s.credential(), sent->turn_id(), v1::TURN_DONE);
+    transcript = co_await transcript_of(channel, s.credential(), a->id());
+    channel->close();
+  });
+  REQUIRE(denied.status() == ok_status());
+  CHECK_FALSE(std::filesystem::exists(marker));
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) == std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL",
+                                                    "ITEM_APPROVAL:pending", "ITEM_APPROVAL:denied",
+                                                    "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  CHECK(items[3]["reason"] == "not in this folder");
+  CHECK(items[4]["is_error"] == true);
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  CHECK((*reqs)[1]["outcome"] != "refused");
+  const std::string sent_back = (*reqs)[1]["body"]["messages"].dump();
+  CHECK(sent_back.find("denied") != std::string::npos);
+  CHECK(sent_back.find("not in this folder") != std::string::npos);
+}
+
+TEST_CASE("Agents: approved always, later calls of that tool run without asking",
+          "[agent][agents][approvals][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "echo one"));
+  script.push_back(shell_call("openai", "c2", "echo two"));
+  script.push_back({{"wire", "openai"}, {"text", "first turn done"}});
+  script.push_back(shell_call("openai", "c3", "echo three"));
+  script.push_back({{"wire", "openai"}, {"text", "second turn done"}});
+  REQUIRE(gw.set_script(script).ok());
+  Result<v1::RespondResponse> always = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  Result<v1::ListAgentsResponse> list = internal_error("not run");
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  // The default mode of new agents comes from agent.json.
+  std::filesystem::create_directories(config.data_dir);
+  test::write_file(config.data_dir / "agent.json", R"({"approval_mode": "ask"})");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_MODE_UNSPECIFIED);
+    if (!a.ok() || a->approval_mode() != v1::APPROVAL_ASK) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    auto pending = co_await wait_approval(channel, s.credential(), v1::APPROVAL_PENDING);
+    if (!pending) co_return;
+    always = co_await respond(channel, s.credential(), a->id(), pending->id(), v1::APPROVE_ALWAYS);
+    co_await wait_turn_state(channel, s.credential(), sent->turn_id(), v1::TURN_DONE);
+    auto second = co_await send_and_wait(channel, s.credential(), a->id(), "again");
+    (void)second;
+    transcript = co_await transcript_of(channel, s.credential(), a->id());
+    v1::ListAgentsRequest lr;
+    list = co_await stub.List(lr, call_options_with(one(s.credential())));
+    channel->close();
+  });
+  REQUIRE(always.status() == ok_status());
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) ==
+        std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_APPROVAL:pending",
+                                 "ITEM_APPROVAL:always", "ITEM_TOOL_RESULT", "ITEM_TOOL_CALL",
+                                 "ITEM_TOOL_RESULT", "ITEM_TEXT", "ITEM_TEXT", "ITEM_TOOL_CALL",
+                                 "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  REQUIRE(list.status() == ok_status());
+  CHECK(list->agents(0).approval_mode() == v1::APPROVAL_ASK);
+  CHECK(list->agents(0).last_turn().state() == v1::TURN_DONE);
+}
+
+TEST_CASE("Agents: an unanswered approval ends the turn waiting_for_user; an answer resumes it",
+          "[agent][agents][approvals][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  const std::string marker = s.dir / "ran";
+  json script = json::array();
+  script.push_back(shell_call("anthropic", "c1", "touch " + marker));
+  script.push_back({{"wire", "anthropic"}, {"text", "made it"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kAnthropic);
+  config.agents.approval_timeout = 100ms;  // nobody answers in the test
+  std::optional<v1::Approval> expired;
+  bool ran_while_waiting = true;
+  EventsRead waited;
+  Result<v1::RespondResponse> resumed = internal_error("not run");
+  Result<v1::RespondResponse> late = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_ASK);
+    if (!a.ok()) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    waited = co_await wait_turn_state(channel, s.credential(), sent->turn_id(),
+                                      v1::TURN_WAITING_FOR_USER);
+    expired = co_await wait_approval(channel, s.credential(), v1::APPROVAL_EXPIRED);
+    if (!expired) co_return;
+    ran_while_waiting = std::filesystem::exists(marker);
+    resumed = co_await respond(channel, s.credential(), a->id(), expired->id(), v1::APPROVE_ONCE);
+    co_await wait_turn_state(channel, s.credential(), sent->turn_id(), v1::TURN_DONE);
+    late = co_await respond(channel, s.credential(), a->id(), "", v1::CONTINUE);
+    transcript = co_await transcript_of(channel, s.credential(), a->id());
+    channel->close();
+  });
+  REQUIRE_FALSE(waited.events.empty());
+  const auto& last = waited.events.back().agent().last_turn();
+  CHECK(last.state() == v1::TURN_WAITING_FOR_USER);
+  CHECK(last.error().find("no answer") != std::string::npos);
+  REQUIRE(expired.has_value());
+  CHECK_FALSE(ran_while_waiting);
+  REQUIRE(resumed.status() == ok_status());
+  CHECK(resumed->resumed());
+  CHECK(std::filesystem::exists(marker));
+  // Nothing waits any more.
+  CHECK(late.status().code() == Code::kFailedPrecondition);
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) ==
+        std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_APPROVAL:pending",
+                                 "ITEM_APPROVAL:expired", "ITEM_APPROVAL:approved",
+                                 "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  CHECK((*reqs)[1]["outcome"] != "refused");
+}
+
+TEST_CASE("Agents: the step cap ends the turn waiting_for_user; Respond CONTINUE goes on",
+          "[agent][agents][approvals][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "echo step"));
+  script.push_back({{"wire", "openai"}, {"text", "finished"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  config.agents.max_steps = 1;
+  Result<v1::RespondResponse> cont = internal_error("not run");
+  EventsRead waited;
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok()) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    waited = co_await wait_turn_state(channel, s.credential(), sent->turn_id(),
+                                      v1::TURN_WAITING_FOR_USER);
+    cont = co_await respond(channel, s.credential(), a->id(), "", v1::CONTINUE);
+    co_await wait_turn_state(channel, s.credential(), sent->turn_id(), v1::TURN_DONE);
+    transcript = co_await transcript_of(channel, s.credential(), a->id());
+    channel->close();
+  });
+  REQUIRE_FALSE(waited.events.empty());
+  CHECK(waited.events.back().agent().last_turn().error().find("1 model steps") !=
+        std::string::npos);
+  REQUIRE(cont.status() == ok_status());
+  CHECK(cont->resumed());
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) ==
+        std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  CHECK((*reqs)[1]["outcome"] != "refused");
+}
+
+TEST_CASE("Agents: Cancel while an approval waits ends the turn cancelled",
+          "[agent][agents][approvals][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  REQUIRE(gw.set_script(json::array({shell_call("openai", "c1", "echo no")})).ok());
+  Result<v1::CancelResponse> cancel = internal_error("not run");
+  std::optional<v1::Approval> cancelled_approval;
+  Result<v1::ListAgentsResponse> list = internal_error("not run");
+  with_agent(config_for(s, gw, model::Wire::kOpenAi), [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_ASK);
+    if (!a.ok()) co_return;
+    v1::Agents::Stub stub(channel);
+    v1::SendRequest send;
+    send.set_agent_id(a->id());
+    send.set_prompt("go");
+    auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+    if (!sent.ok()) co_return;
+    auto pending = co_await wait_approval(channel, s.credential(), v1::APPROVAL_PENDING);
+    if (!pending) co_return;
+    v1::AgentRef ref;
+    ref.set_agent_id(a->id());
+    cancel = co_await stub.Cancel(ref, call_options_with(one(s.credential())));
+    cancelled_approval = co_await wait_approval(channel, s.credential(), v1::APPROVAL_CANCELLED);
+    v1::ListAgentsRequest lr;
+    list = co_await stub.List(lr, call_options_with(one(s.credential())));
+    channel->close();
+  });
+  REQUIRE(cancel.status() == ok_status());
+  CHECK(cancelled_approval.has_value());
+  REQUIRE(list.status() == ok_status());
+  CHECK(list->agents(0).last_turn().state() == v1::TURN_CANCELLED);
+}
+
+TEST_CASE(
+    "Agents: an agent restarted with an approval pending waits for the user; approving "
+    "resumes the turn",
+    "[agent][agents][approvals][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  REQUIRE(gw.set_script(json::array({{{"wire", "openai"}, {"text", "after the restart"}}})).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  const std::string marker = s.dir / "ran";
+  {
+    // What a SIGKILLed agent leaves: a turn whose shell call waits for approval.
+    std::filesystem::create_directories(config.data_dir);
+    auto db = open_agent_db(config.data_dir);
+    REQUIRE(db.status() == ok_status());
+    Status written = internal_error("not run");
+    const std::string args = json{{"command", "touch " + marker}}.dump();
+    cb::test::run_sync([&]() -> asio::awaitable<void> {
+      written = co_await (*db)->run([&args](db::Database& d) -> Status {
+        auto a = create_agent(d, "ag_1", "main", "test-model", "", 1000, "ask");
+        if (!a.ok()) return a.status();
+        auto t = start_turn(d, "ag_1", "tu_1", "", R"({"text":"touch it"})", 1000);
+        if (!t.ok()) return t.status();
+        auto call =
+            append_item(d, "ag_1", "tu_1", "assistant", "tool_call",
+                        json{{"id", "c1"}, {"name", "shell"}, {"arguments", args}}.dump(), 1000);
+        if (!call.ok()) return call.status();
+        ApprovalRow row;
+        row.id = "ap_1";
+        row.agent_id = "ag_1";
+        row.turn_id = "tu_1";
+        row.call_id = "c1";
+        row.tool = "shell";
+        row.arguments = args;
+        row.created_ms = 1000;
+        return create_approval(d, row).status();
+      });
+    }());
+    REQUIRE(written == ok_status());
+  }
+  Result<v1::ListAgentsResponse> before = internal_error("not run");
+  Result<v1::RespondResponse> approved = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    v1::Agents::Stub stub(channel);
+    v1::ListAgentsRequest lr;
+    before = co_await stub.List(lr, call_options_with(one(s.credential())));
+    approved = co_await respond(channel, s.credential(), "ag_1", "ap_1", v1::APPROVE_ONCE);
+    co_await wait_turn_state(channel, s.credential(), "tu_1", v1::TURN_DONE);
+    transcript = co_await transcript_of(channel, s.credential(), "ag_1");
+    channel->close();
+  });
+  REQUIRE(before.status() == ok_status());
+  CHECK(before->agents(0).last_turn().state() == v1::TURN_WAITING_FOR_USER);
+  CHECK(before->agents(0).last_turn().error().find("agent restarted") != std::string::npos);
+  REQUIRE(approved.status() == ok_status());
+  CHECK(approved->resumed());
+  CHECK(std::filesystem::exists(marker));
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) ==
+        std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_APPROVAL:pending",
+                                 "ITEM_APPROVAL:expired", "ITEM_APPROVAL:approved",
+                                 "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 1);
+  CHECK((*reqs)[0]["outcome"] != "refused");
+}
+
+}  // namespace cb::agent
+
+namespace cb::agent {
+
+TEST_CASE(
+    "Agents: near the context budget the summarize model compacts the conversation, "
+    "and a restart rebuilds it the same",
+    "[agent][agents][compaction][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  // The budget: what the first request costs (system prompt and box tools) plus room for
+  // other tool sets and a short conversation, so that only the long tool result passes it.
+  model::Request base;
+  base.system = std::string(kDefaultSystemPrompt);
+  base.tools = box_tool_defs();
+  const int64_t base_tokens = model::estimate_tokens(base, model::ModelInfo{});
+  const int64_t context = (base_tokens + 4000) * 10 / 8;
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "head -c 40000 /dev/zero | tr '\\0' a"));
+  script.push_back({{"wire", "anthropic"}, {"text", "SUMMARY-7Q: the user wanted a's"}});
+  script.push_back({{"wire", "openai"}, {"text", "here they are"}});
+  script.push_back({{"wire", "openai"}, {"text", "next answer"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  std::filesystem::create_directories(config.data_dir);
+  test::write_file(config.data_dir / "agent.json",
+                   json{{"models",
+                         {{"main", {{"context_tokens", context}}},
+                          {"summarize", {{"name", "small-model"}, {"wire", "anthropic"}}}}}}
+                       .dump());
+  std::string agent_id;
+  Result<v1::SendAccepted> first = internal_error("not run");
+  Result<v1::SendAccepted> second = internal_error("not run");
+  Result<v1::TranscriptPage> transcript = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok()) co_return;
+    agent_id = a->id();
+    first = co_await send_and_wait(channel, s.credential(), agent_id, "print many a");
+    channel->close();
+  });
+  // A new agent process on the same agent.db.
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    second = co_await send_and_wait(channel, s.credential(), agent_id, "and now?");
+    transcript = co_await transcript_of(channel, s.credential(), agent_id);
+    channel->close();
+  });
+  REQUIRE(first.status() == ok_status());
+  REQUIRE(second.status() == ok_status());
+  REQUIRE(transcript.status() == ok_status());
+  auto items = payloads(*transcript);
+  CHECK(kinds_of(items) == std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL",
+                                                    "ITEM_TOOL_RESULT", "ITEM_SUMMARY", "ITEM_TEXT",
+                                                    "ITEM_TEXT", "ITEM_TEXT"});
+  CHECK(items[3]["model"] == "small-model");
+  CHECK(items[3]["through_seq"] == 3);
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 4);
+  const std::string long_run(200, 'a');
+  // The summarize call: the other model, on its wire, with the long result to summarize.
+  CHECK((*reqs)[1]["wire"] == "anthropic");
+  CHECK((*reqs)[1]["body"]["model"] == "small-model");
+  CHECK((*reqs)[1]["body"].dump().find(long_run) != std::string::npos);
+  // The main model then gets the summary instead of the long result, before and after the
+  // restart.
+  for (int i : {2, 3}) {
+    INFO(i << ": " << (*reqs)[i].dump().substr(0, 3000));
+    CHECK((*reqs)[i]["outcome"] != "refused");
+    const std::string messages = (*reqs)[i]["body"]["messages"].dump();
+    CHECK(messages.find("SUMMARY-7Q") != std::string::npos);
+    CHECK(messages.find(long_run) == std::string::npos);
+  }
+  CHECK((*reqs)[3]["body"]["messages"].dump().find("and now?") != std::string::npos);
+}
+
+TEST_CASE("Agents: a tool result's image goes to a vision model as an image, else as a note",
+          "[agent][agents][integration]") {
+  const std::string wire = GENERATE(std::string("openai"), std::string("anthropic"));
+  const bool vision = GENERATE(true, false);
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  // A 1x1 PNG.
+  auto png = base64_decode(
+      "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJg"
+      "gg==");
+  REQUIRE(png.ok());
+  test::write_file(s.dir / "dot.png", *png);
+  json script = json::array();
+  script.push_back(
+      {{"wire", wire},
+       {"tool_calls",
+        {{{"id", "c1"}, {"name", "read_file"}, {"arguments", {{"path", "dot.png"}}}}}}});
+  script.push_back({{"wire", wire}, {"text", "a dot"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, wire_of(wire));
+  config.agents.main.vision = vision;
+  TurnOutcome t = run_one_turn(s, config, "look at dot.png");
+  REQUIRE(t.sent.status() == ok_status());
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  CHECK((*reqs)[1]["outcome"] != "refused");
+  const std::string body = (*reqs)[1]["body"]["messages"].dump();
+  const bool has_image = wire == "openai"
+                             ? body.find("data:image/png;base64,iVBORw0KGgo") != std::string::npos
+                             : body.find("\"type\":\"image\"") != std::string::npos;
+  CHECK(has_image == vision);
+  CHECK((body.find("image omitted") != std::string::npos) == !vision);
 }
 
 }  // namespace cb::agent
