@@ -119,8 +119,10 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       box_mcp_tools_(box_tools_),
       mcp_server_(mcp_options(), box_mcp_tools_),
       mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)),
+      browser_tools_(executor_, browser_config_for(config_.exec)),
       agents_(executor_, *db_, box_tools_, config_.agents, *config_.clock, *config_.random),
       state_(default_state_config(config_.exec.workspace)) {
+  agents_.add_tool_set(browser_tools_);
   grpc_server_.add_service(session_);
   grpc_server_.add_service(agents_);
   grpc_server_.add_service(state_);
@@ -219,6 +221,7 @@ asio::awaitable<void> Agent::shutdown(net::Deadline deadline) {
   remove_socket();
   mcp_http_.close_all();
   co_await agents_.stop();
+  co_await browser_tools_.shutdown();
   co_await http_server_->shutdown(deadline);
   exec_.kill_all();
 }

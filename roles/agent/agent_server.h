@@ -25,6 +25,7 @@
 #include "roles/agent/agents_service.h"
 #include "roles/agent/box_mcp.h"
 #include "roles/agent/box_tools.h"
+#include "roles/agent/browser_tools.h"
 #include "roles/agent/exec_service.h"
 #include "roles/agent/flags.h"
 #include "roles/agent/identity.h"
@@ -96,7 +97,9 @@ class Agent {
   BoxMcpTools box_mcp_tools_;
   mcp::Server mcp_server_;
   mcp::HttpServerTransport mcp_http_;
-  // Agents and the model loop; uses box_tools_ and db_.
+  // The browser_* tools (Chromium on demand), a tool set of agents_.
+  BrowserTools browser_tools_;
+  // Agents and the model loop; uses box_tools_, browser_tools_ and db_.
   AgentsService agents_;
   // State: saves and restores, called by the api.
   StateService state_;
