@@ -71,6 +71,7 @@ int run_agent(const Flags& flags) {
   config.agents.main.vision = flags.model_vision;
   config.agents.main.context_tokens = flags.model_context_tokens;
   config.agents.max_steps = flags.max_steps;
+  config.agents.approval_timeout = std::chrono::seconds(flags.approval_timeout_s);
   auto agent = Agent::create(io.get_executor(), std::move(config));
   if (!agent.ok()) {
     log::error("agent failed to start", {{"error", agent.status().to_string()}});

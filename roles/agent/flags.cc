@@ -118,6 +118,11 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
   app.add_option("--max-steps", flags.max_steps, "model calls per agent turn at most")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  app.add_option("--approval-timeout", flags.approval_timeout_s,
+                 "seconds a tool call waits for the user's approval; then the turn waits for "
+                 "the user")
+      ->check(CLI::Range(1, 7 * 24 * 3600))
+      ->capture_default_str();
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {

@@ -60,6 +60,9 @@ struct Flags {
   // set (a box that is not isolated), else unix:/run/cocoonbox/model.sock.
   std::string model_endpoint;
   int max_steps = 50;
+  // How long a tool call waits for the user's approval before the turn ends as
+  // waiting_for_user (README.md §Approvals).
+  int approval_timeout_s = 600;
 };
 
 // Parses |args| (args[0] is the role name). Returns the Flags, or the exit status after

@@ -142,7 +142,7 @@ namespace cb::agent {
 TEST_CASE("parse_flags: the model flags, and the model door's default", "[agent][unit]") {
   Args args({"agent", "--data-dir", "/tmp/d", "--model", "gpt-x", "--model-wire", "anthropic",
              "--model-vision", "--model-context-tokens", "200000", "--model-endpoint",
-             "http://127.0.0.1:9", "--max-steps", "7"});
+             "http://127.0.0.1:9", "--max-steps", "7", "--approval-timeout", "30"});
   auto parsed = parse_flags(args.span());
   REQUIRE(std::holds_alternative<Flags>(parsed));
   const Flags& f = std::get<Flags>(parsed);
@@ -152,6 +152,7 @@ TEST_CASE("parse_flags: the model flags, and the model door's default", "[agent]
   CHECK(f.model_context_tokens == 200000);
   CHECK(f.model_endpoint == "http://127.0.0.1:9");
   CHECK(f.max_steps == 7);
+  CHECK(f.approval_timeout_s == 30);
 
   ::unsetenv("COCOONBOX_RUN_DIR");
   Args bare({"agent", "--data-dir", "/tmp/d"});
