@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <dirent.h>
@@ -430,6 +431,68 @@ std::string signal_name(int sig) {
   return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
+// Session names become directory names: short, and no path tricks.
+bool valid_session_name(std::string_view s) {
+  if (s.empty() || s.size() > 200 || s.front() == '.') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+// Makes |dir| (its parent must exist) a directory only |uid| can enter: created 0700 and
+// given to |uid|:|gid| when missing (|chown|: the agent is root and acts for another user);
+// an existing one must already be that, and not a symlink.
+Status private_dir(const fs::path& dir, uid_t uid, gid_t gid, bool chown) {
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (chown && ::lchown(dir.c_str(), uid, gid) != 0) {
+      const int e = errno;
+      ::rmdir(dir.c_str());
+      return internal_error(fmt::format("chown {}: {}", dir.string(), errno_text(e)));
+    }
+  } else if (errno != EEXIST) {
+    return failed_precondition(fmt::format("mkdir {}: {}", dir.string(), errno_text(errno)));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0)
+    return failed_precondition(fmt::format("{}: {}", dir.string(), errno_text(errno)));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077) != 0) {
+    return failed_precondition(
+        fmt::format("{} is not a private directory of uid {} (mode 0700, not a symlink): "
+                    "refusing to keep a shell session in it",
+                    dir.string(), uid));
+  }
+  return ok_status();
+}
+
+// The bash program a session's command runs in (README.md §Box tools). $1: the session's
+// directory; $2: an explicit cwd or ""; $3: the command. The state file is written by the
+// user's own shell and read back only by the user's next shell: `__cb_dir=<cwd>` and
+// `export -p`. It is replaced by a rename when the shell exits, so a command killed by its
+// timeout or a cancel leaves the previous state whole.
+constexpr std::string_view kSessionScript = R"sh(__cb_state=$1/state
+__cb_cwd=$2
+__cb_cmd=$3
+shift 3
+if [ -f "$__cb_state" ]; then . "$__cb_state"; fi
+__cb_old=${OLDPWD-}
+if [ -n "$__cb_cwd" ]; then
+  builtin cd -- "$__cb_cwd" || exit 1
+elif [ -n "${__cb_dir-}" ]; then
+  builtin cd -- "$__cb_dir" 2>/dev/null || {
+    builtin cd -P . 2>/dev/null
+    builtin echo "[session: $__cb_dir is gone; running in $PWD]" >&2
+  }
+fi
+if [ -n "$__cb_old" ]; then OLDPWD=$__cb_old; fi
+unset -v __cb_cwd __cb_dir __cb_old
+__cb_save() {
+  { builtin printf '__cb_dir=%q\n' "$PWD"; builtin export -p; } >"$__cb_state.$$" 2>/dev/null &&
+    command -p mv -f -- "$__cb_state.$$" "$__cb_state"
+}
+trap '__cb_rc=$?; __cb_save; exit "$__cb_rc"' EXIT
+eval "$__cb_cmd"
+)sh";
+
 }  // namespace
 
 // ---- the worker thread ----------------------------------------------------------------------
@@ -445,10 +508,12 @@ struct BoxTools::Worker {
   }
 };
 
-BoxTools::BoxTools(net::Executor executor, ExecConfig config, BoxToolsLimits limits)
+BoxTools::BoxTools(net::Executor executor, ExecConfig config, BoxToolsLimits limits,
+                   fs::path sessions_dir)
     : executor_(std::move(executor)),
       config_(std::move(config)),
       limits_(limits),
+      sessions_dir_(std::move(sessions_dir)),
       worker_(std::make_unique<Worker>()) {}
 
 BoxTools::~BoxTools() = default;
@@ -460,6 +525,22 @@ fs::path BoxTools::workspace(const ExecUser& user) const {
   if (!user.account.home.empty() && fs::is_directory(user.account.home, ec))
     return user.account.home;
   return "/";
+}
+
+Result<fs::path> BoxTools::session_dir(const ExecUser& user, std::string_view key) const {
+  if (!valid_session_name(key)) return invalid_argument(fmt::format("session {:?}", key));
+  fs::path parent = sessions_dir_;
+  if (parent.empty()) {
+    std::error_code ec;
+    parent = fs::temp_directory_path(ec);
+    if (ec) parent = "/tmp";
+  }
+  const uid_t uid = user.account.uid;
+  const fs::path root = parent / fmt::format("cocoonbox-shell-{}", uid);
+  RETURN_IF_ERROR(private_dir(root, uid, user.account.gid, user.switch_user));
+  const fs::path dir = root / std::string(key);
+  RETURN_IF_ERROR(private_dir(dir, uid, user.account.gid, user.switch_user));
+  return dir;
 }
 
 asio::awaitable<ToolResult> BoxTools::on_worker(const ExecUser& user,
@@ -496,7 +577,8 @@ asio::awaitable<ToolResult> BoxTools::on_worker(const ExecUser& user,
                                     asio::use_awaitable);
 }
 
-asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const json& arguments) {
+asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const json& arguments,
+                                                   std::string_view owner) {
   const json* tool = tools::find_tool(tools::box_tools(), name);
   if (tool == nullptr) co_return not_found(fmt::format("no tool {:?}", name));
   const json args = arguments.is_null() ? json::object() : arguments;
@@ -516,7 +598,22 @@ asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const 
     return (p.is_absolute() ? p : base / p).lexically_normal();
   };
 
-  if (name == "shell") co_return co_await shell(*user, args);
+  if (name == "shell") {
+    std::string session;
+    if (args.contains("session")) {
+      const std::string named = args["session"].get<std::string>();
+      if (!valid_session_name(named))
+        co_return invalid_argument(
+            "arguments.session: letters, digits, '.', '_' and '-' only, not starting with '.'");
+      session = owner.empty() ? "mcp-" + named : fmt::format("agent-{}-{}", owner, named);
+    } else if (!owner.empty()) {
+      session = fmt::format("agent-{}", owner);
+    }
+    if (!session.empty() && !valid_session_name(session))
+      co_return invalid_argument(fmt::format("session owner {:?} is not a valid name", owner));
+    ToolResult r = co_await shell(*user, args, std::move(session));
+    co_return r;
+  }
   if (name == "grep") co_return co_await grep(*user, args);
 
   // The file tools run on the worker thread. |op| is a named object: gcc 12 destroys
@@ -560,14 +657,30 @@ asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const 
 
 // ---- shell and grep -------------------------------------------------------------------------
 
-asio::awaitable<ToolResult> BoxTools::shell(const ExecUser& user, const json& args) {
+asio::awaitable<ToolResult> BoxTools::shell(const ExecUser& user, const json& args,
+                                            std::string session) {
   v1::ExecStart start;
-  start.set_command(args["command"].get<std::string>());
+  std::string explicit_cwd;
   if (args.contains("cwd")) {
     fs::path cwd(args["cwd"].get<std::string>());
-    start.set_cwd((cwd.is_absolute() ? cwd : workspace(user) / cwd).lexically_normal().string());
+    explicit_cwd = (cwd.is_absolute() ? cwd : workspace(user) / cwd).lexically_normal().string();
+    start.set_cwd(explicit_cwd);
   } else {
     start.set_cwd(workspace(user).string());
+  }
+  if (session.empty()) {
+    start.set_command(args["command"].get<std::string>());
+  } else {
+    auto dir = session_dir(user, session);
+    if (!dir.ok())
+      co_return text_result(fmt::format("shell session {}: {}", session, dir.status().message()),
+                            true);
+    auto* argv = start.mutable_argv();
+    for (const std::string& a :
+         {std::string("bash"), std::string("--noprofile"), std::string("--norc"), std::string("-c"),
+          std::string(kSessionScript), std::string("bash"), dir->string(), explicit_cwd,
+          args["command"].get<std::string>()})
+      argv->add_args(a);
   }
   const double timeout_s = args.value("timeout", limits_.shell_timeout_s);
   auto plan = plan_exec(start, user, config_);
@@ -612,8 +725,11 @@ asio::awaitable<ToolResult> BoxTools::shell(const ExecUser& user, const json& ar
                      {"stderr_bytes", err.total()},
                      {"truncated", out.truncated() || err.truncated()},
                      {"duration_ms", ms}};
+  if (!session.empty()) structured["session"] = session;
   if (timed_out) {
-    text += fmt::format("[timed out after {}s: the command's process group was killed]", timeout_s);
+    text +=
+        fmt::format("[timed out after {}s: the command's process group was killed{}]", timeout_s,
+                    session.empty() ? "" : "; the session keeps its state from before it");
   } else if (status->exited) {
     text += fmt::format("[exit code {}]", status->code);
   } else {

@@ -17,6 +17,14 @@
 // result with is_error; only an unknown tool (kNotFound) or arguments that break the
 // contract's inputSchema (kInvalidArgument naming the field) are errors of the call.
 //
+// Shell sessions (README.md §Box tools): a `shell` call with a session key runs in a fresh
+// bash that first restores the session's saved working directory and exported variables and
+// saves them again when it ends, so `cd` and `export` carry over to the session's next call,
+// while a command that times out or is killed never leaves the session half-changed (its
+// state stays what it was before that command). The state is a file in a per-session
+// directory `<sessions dir>/cocoonbox-shell-<uid>/<session>/`, both 0700 and owned by the
+// account the tools run as.
+//
 // Affinity: the agent's io_context; the worker thread is private.
 
 #include "base/result.h"
@@ -63,14 +71,28 @@ struct BoxToolsLimits {
 
 class BoxTools {
  public:
-  BoxTools(net::Executor executor, ExecConfig config, BoxToolsLimits limits = {});
+  // |sessions_dir| holds the shell sessions' directories; empty: the agent's temporary
+  // directory ($TMPDIR, else /tmp), which in a box is the box's own.
+  BoxTools(net::Executor executor, ExecConfig config, BoxToolsLimits limits = {},
+           std::filesystem::path sessions_dir = {});
   ~BoxTools();
   BoxTools(const BoxTools&) = delete;
   BoxTools& operator=(const BoxTools&) = delete;
 
   // Runs the tool |name| with |arguments|. Errors: kNotFound (no such tool), kInvalidArgument
   // (arguments do not fit the contract), kInternal (the account cannot be resolved).
-  asio::awaitable<Result<ToolResult>> call(std::string_view name, const nlohmann::json& arguments);
+  //
+  // |owner| names whose shell sessions a `shell` call uses: the agent loop passes the agent's
+  // id, so each agent keeps its own session ("agent-<id>"; with a `session` argument from the
+  // model, "agent-<id>-<session>"). Empty (the box MCP): only a `session` argument gives a
+  // session ("mcp-<session>"); without one the call is a one-off `$SHELL -c`.
+  asio::awaitable<Result<ToolResult>> call(std::string_view name, const nlohmann::json& arguments,
+                                           std::string_view owner = {});
+
+  // The directory of the shell session |key| for |user| (created 0700 and owned by the user
+  // when missing). Errors: kFailedPrecondition when it exists but is not a private directory
+  // of the user's (a symlink, another owner, group or other access bits).
+  Result<std::filesystem::path> session_dir(const ExecUser& user, std::string_view key) const;
 
   // The directory relative paths start from, for |user|.
   std::filesystem::path workspace(const ExecUser& user) const;
@@ -78,7 +100,9 @@ class BoxTools {
  private:
   struct Worker;
 
-  asio::awaitable<ToolResult> shell(const ExecUser& user, const nlohmann::json& args);
+  // |session|: the session key, empty for a one-off shell.
+  asio::awaitable<ToolResult> shell(const ExecUser& user, const nlohmann::json& args,
+                                    std::string session);
   asio::awaitable<ToolResult> grep(const ExecUser& user, const nlohmann::json& args);
   // Runs |op| on the worker thread with |user|'s filesystem ids.
   asio::awaitable<ToolResult> on_worker(const ExecUser& user, std::function<ToolResult()> op);
@@ -86,6 +110,7 @@ class BoxTools {
   net::Executor executor_;
   ExecConfig config_;
   BoxToolsLimits limits_;
+  std::filesystem::path sessions_dir_;
   std::unique_ptr<Worker> worker_;
 };
 

@@ -11,6 +11,12 @@ asio::awaitable<Result<ToolResult>> BoxToolSet::call(std::string_view name,
   co_return co_await tools_.call(name, arguments);
 }
 
+asio::awaitable<Result<ToolResult>> BoxToolSet::call_for(std::string_view agent_id,
+                                                         std::string_view name,
+                                                         const nlohmann::json& arguments) {
+  co_return co_await tools_.call(name, arguments, agent_id);
+}
+
 bool is_destructive(const nlohmann::json& tool) {
   if (!tool.is_object()) return false;
   auto a = tool.find("annotations");

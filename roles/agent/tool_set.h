@@ -37,6 +37,15 @@ class ToolSet {
   // error result. Cancelling the awaiting coroutine (Agents.Cancel) must stop the tool.
   virtual asio::awaitable<Result<ToolResult>> call(std::string_view name,
                                                    const nlohmann::json& arguments) = 0;
+
+  // The call as the model loop makes it, for agent |agent_id|'s turn. Sets that keep state
+  // per agent override it (the box tools: each agent's own shell session); by default call().
+  virtual asio::awaitable<Result<ToolResult>> call_for(std::string_view agent_id,
+                                                       std::string_view name,
+                                                       const nlohmann::json& arguments) {
+    (void)agent_id;
+    return call(name, arguments);
+  }
 };
 
 // The box tools (src/tools/box_tools.json) through BoxTools.
@@ -46,6 +55,9 @@ class BoxToolSet final : public ToolSet {
   nlohmann::json defs() const override;
   asio::awaitable<Result<ToolResult>> call(std::string_view name,
                                            const nlohmann::json& arguments) override;
+  // The shell runs in the agent's own session (BoxTools::call's |owner|).
+  asio::awaitable<Result<ToolResult>> call_for(std::string_view agent_id, std::string_view name,
+                                               const nlohmann::json& arguments) override;
 
  private:
   BoxTools& tools_;

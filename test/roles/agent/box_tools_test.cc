@@ -51,20 +51,25 @@ struct Fixture {
     fs::create_directories(config.workspace);
     make();
   }
-  void make() { tools = std::make_unique<BoxTools>(io.get_executor(), config, limits); }
+  void make() {
+    fs::create_directories(sessions());
+    tools = std::make_unique<BoxTools>(io.get_executor(), config, limits, sessions());
+  }
   fs::path ws() const { return config.workspace; }
+  fs::path sessions() const { return dir.path() / "sessions"; }
 
-  Result<ToolResult> call(std::string name, json args) {
+  // |owner|: as the agent loop passes an agent's id; empty as the box MCP calls.
+  Result<ToolResult> call(std::string name, json args, std::string owner = {}) {
     // co_spawn wants a default-constructible result.
     auto task = [&]() -> asio::awaitable<std::optional<Result<ToolResult>>> {
-      auto r = co_await tools->call(name, args);
+      auto r = co_await tools->call(name, args, owner);
       co_return std::optional<Result<ToolResult>>(std::move(r));
     };
     return *test::run_sync(io, task());
   }
   // A call that must succeed as a call; the tool may still report an error.
-  ToolResult ok(std::string name, json args) {
-    auto r = call(std::move(name), std::move(args));
+  ToolResult ok(std::string name, json args, std::string owner = {}) {
+    auto r = call(std::move(name), std::move(args), std::move(owner));
     INFO(r.status().to_string());
     REQUIRE(r.ok());
     // Whatever the tool read, the result serializes.
@@ -286,6 +291,106 @@ TEST_CASE("box tools: shell", "[agent][tools]") {
   }
 }
 
+TEST_CASE("box tools: shell sessions keep cwd and exported variables", "[agent][tools]") {
+  Fixture f;
+  fs::create_directories(f.ws() / "sub/deeper");
+  auto run = [&](std::string command, std::string owner, json extra = json::object()) {
+    json args = extra;
+    args["command"] = std::move(command);
+    return f.ok("shell", args, std::move(owner));
+  };
+  SECTION("cd, then pwd in the next call") {
+    CHECK(run("cd sub", "ag_1").text() == "[exit code 0]");
+    CHECK(run("pwd", "ag_1").text() == (f.ws() / "sub").string() + "\n[exit code 0]");
+    CHECK(run("cd deeper && cd - >/dev/null && pwd", "ag_1").text() ==
+          (f.ws() / "sub").string() + "\n[exit code 0]");
+    ToolResult r = run("pwd", "ag_1");
+    CHECK(r.structured["session"] == "agent-ag_1");
+    // An explicit cwd wins, and is where the session is afterwards.
+    CHECK(run("pwd", "ag_1", json{{"cwd", "sub/deeper"}}).text() ==
+          (f.ws() / "sub/deeper").string() + "\n[exit code 0]");
+    CHECK(run("pwd", "ag_1").text() == (f.ws() / "sub/deeper").string() + "\n[exit code 0]");
+  }
+  SECTION("export, then echo; plain shell variables stay behind; exit codes are kept") {
+    CHECK(run("export GREETING='hello world' QUOTE=\"it's \\\"x\\\"\"; LOCAL=1; exit 7", "ag_1")
+              .text() == "[exit code 7]");
+    CHECK(run("echo \"$GREETING|$QUOTE|${LOCAL-unset}\"", "ag_1").text() ==
+          "hello world|it's \"x\"|unset\n[exit code 0]");
+    CHECK(run("unset GREETING; export MULTI=$'a\\nb'", "ag_1").text() == "[exit code 0]");
+    CHECK(run("echo \"${GREETING-gone}\"; printf '%s' \"$MULTI\" | wc -l", "ag_1").text() ==
+          "gone\n1\n[exit code 0]");
+  }
+  SECTION("a timed-out command leaves the session as it was before it") {
+    run("cd sub; export STAGE=before", "ag_1");
+    ToolResult r = run("cd /; export STAGE=during; sleep 30", "ag_1", json{{"timeout", 1}});
+    CHECK(r.is_error);
+    CHECK(r.structured["timed_out"] == true);
+    CHECK(r.text().find("the session keeps its state from before it") != std::string::npos);
+    CHECK(run("pwd; echo $STAGE", "ag_1").text() ==
+          (f.ws() / "sub").string() + "\nbefore\n[exit code 0]");
+    // A syntax error is an ordinary failure: the state is saved as usual.
+    CHECK(run("if then", "ag_1").text().find("[exit code 2]") != std::string::npos);
+    CHECK(run("echo $STAGE", "ag_1").text() == "before\n[exit code 0]");
+  }
+  SECTION("sessions are independent, and one-off calls have none") {
+    run("cd sub; export WHO=one", "ag_1");
+    run("cd sub/deeper; export WHO=two", "ag_2");
+    run("export WHO=mcp", "", json{{"session", "build"}});
+    run("export WHO=named", "ag_1", json{{"session", "build"}});
+    CHECK(run("echo $PWD $WHO", "ag_1").text() ==
+          (f.ws() / "sub").string() + " one\n[exit code 0]");
+    CHECK(run("echo $PWD $WHO", "ag_2").text() ==
+          (f.ws() / "sub/deeper").string() + " two\n[exit code 0]");
+    CHECK(run("echo $WHO", "", json{{"session", "build"}}).text() == "mcp\n[exit code 0]");
+    CHECK(run("echo $WHO", "ag_1", json{{"session", "build"}}).text() == "named\n[exit code 0]");
+    ToolResult r = run("echo ${WHO-none}; pwd", "");
+    CHECK(r.text() == "none\n" + f.ws().string() + "\n[exit code 0]");
+    CHECK_FALSE(r.structured.contains("session"));
+  }
+  SECTION("a directory that is gone: the session goes on in the workspace") {
+    run("mkdir -p tmpdir && cd tmpdir", "ag_1");
+    fs::remove(f.ws() / "tmpdir");
+    ToolResult r = run("pwd", "ag_1");
+    CHECK(r.text() == f.ws().string() + "\n[stderr]\n[session: " + (f.ws() / "tmpdir").string() +
+                          " is gone; running in " + f.ws().string() + "]\n[exit code 0]");
+  }
+  SECTION("bad session names are errors of the call") {
+    auto r = f.call("shell", json{{"command", "true"}, {"session", "../x"}});
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    r = f.call("shell", json{{"command", "true"}, {"session", ".hidden"}});
+    CHECK(r.status().code() == Code::kInvalidArgument);
+  }
+}
+
+TEST_CASE("box tools: shell sessions are private to the user", "[agent][tools]") {
+  Fixture f;
+  ToolResult r = f.ok("shell", json{{"command", "export SECRET=1"}}, "ag_1");
+  CHECK_FALSE(r.is_error);
+  const fs::path root = f.sessions() / ("cocoonbox-shell-" + std::to_string(::geteuid()));
+  for (const fs::path& d : {root, root / "agent-ag_1"}) {
+    struct stat st {};
+    REQUIRE(::lstat(d.c_str(), &st) == 0);
+    CHECK(S_ISDIR(st.st_mode));
+    CHECK((st.st_mode & 07777) == 0700);
+    CHECK(st.st_uid == ::geteuid());
+  }
+  SECTION("a session directory that is not private is refused, not used") {
+    ::chmod((root / "agent-ag_1").c_str(), 0755);
+    r = f.ok("shell", json{{"command", "echo $SECRET"}}, "ag_1");
+    CHECK(r.is_error);
+    CHECK(r.text().find("is not a private directory") != std::string::npos);
+  }
+  SECTION("a symlink planted in its place is refused") {
+    fs::create_directories(f.dir.path() / "elsewhere");
+    ::chmod((f.dir.path() / "elsewhere").c_str(), 0700);
+    fs::create_directory_symlink(f.dir.path() / "elsewhere", root / "agent-ag_2");
+    r = f.ok("shell", json{{"command", "true"}}, "ag_2");
+    CHECK(r.is_error);
+    CHECK(r.text().find("is not a private directory") != std::string::npos);
+    CHECK(fs::is_empty(f.dir.path() / "elsewhere"));
+  }
+}
+
 TEST_CASE("box tools: grep", "[agent][tools]") {
   Fixture f;
   put(f.ws() / "src/main.cc", "int main() {\n  return 0;\n}\n");
@@ -346,6 +451,21 @@ TEST_CASE("box tools: as root they act as the desktop user", "[agent][tools]") {
   CHECK(r.text().find("Permission denied") != std::string::npos);
   r = f.ok("list_dir", json::object());
   CHECK_FALSE(r.is_error);
+
+  // A shell session is nobody's: its directories belong to nobody, 0700, and it works.
+  ::chmod(f.sessions().c_str(), 0755);
+  r = f.ok("shell", json{{"command", "cd mine; export X=kept"}}, "ag_1");
+  CHECK(r.text() == "[exit code 0]");
+  r = f.ok("shell", json{{"command", "echo $PWD $X; id -u"}}, "ag_1");
+  CHECK(r.text() ==
+        (f.ws() / "mine").string() + " kept\n" + std::to_string(nobody.uid) + "\n[exit code 0]");
+  const fs::path root = f.sessions() / ("cocoonbox-shell-" + std::to_string(nobody.uid));
+  for (const fs::path& d : {root, root / "agent-ag_1"}) {
+    struct stat st {};
+    REQUIRE(::lstat(d.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+    CHECK(st.st_uid == nobody.uid);
+  }
 }
 
 }  // namespace
