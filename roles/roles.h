@@ -69,6 +69,8 @@ inline const std::vector<Role> kCommands = {
     {"setup", cli::run, "register `cocoonbox mcp` with claude, codex or cursor"},
     {"mcp-headers", cli::run, "print the Authorization header for a direct MCP config"},
     {"completion", cli::run, "print shell completion for bash or zsh"},
+    {"agents", cli::run, "list the agents in a box with their last turn"},
+    {"chat", cli::run, "talk to the agent in a box"},
 #endif
 };
 

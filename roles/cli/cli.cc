@@ -5,6 +5,7 @@
 #include "client/connect.h"
 #include "client/endpoint.h"
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
+#include "roles/cli/chat.h"
 #include "roles/cli/setup.h"
 #include "roles/cli/state_cmds.h"
 
@@ -728,6 +729,8 @@ int run(std::span<char* const> args) {
 
   StateOptions state_options;
   add_state_commands(app, state_options);
+  ChatOptions chat_options;
+  add_chat_commands(app, chat_options);
 
   std::vector<std::string> argv = {"cocoonbox"};
   for (char* a : args) argv.emplace_back(a);
@@ -749,6 +752,7 @@ int run(std::span<char* const> args) {
   }
   if (o.command == "setup") return run_setup(o);
   if (is_state_command(o.command)) return run_state_command(o.command, state_options);
+  if (is_chat_command(o.command)) return run_chat_command(o.command, chat_options);
   // The CLI talks to people: its own logs only when asked (COCOONBOX_LOG_LEVEL).
   if (std::getenv("COCOONBOX_LOG_LEVEL") == nullptr) log::set_min_level(log::Level::kError);
 
