@@ -13,9 +13,11 @@
 #include <asio/signal_set.hpp>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <fcntl.h>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -107,6 +109,18 @@ std::string delta_json(const std::string& offset, const std::string& agent_id,
          "\n";
 }
 
+// Asks |question| on the controlling terminal and reads a line; nullopt without one.
+std::optional<std::string> ask_tty(const std::string& question) {
+  int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  (void)!::write(fd, question.data(), question.size());
+  std::string line;
+  char c = 0;
+  while (::read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  ::close(fd);
+  return line;
+}
+
 std::string random_nonce() {
   std::random_device rd;
   return fmt::format("cli-{:08x}{:08x}{:08x}", rd(), rd(), rd());
@@ -124,6 +138,8 @@ std::string turn_state_name(pb::TurnState s) {
       return "failed";
     case pb::TURN_CANCELLED:
       return "cancelled";
+    case pb::TURN_WAITING_FOR_USER:
+      return "waiting_for_user";
     default:
       return "";
   }
@@ -261,6 +277,26 @@ std::string TurnView::feed(const pb::Event& ev) {
     }
     return item_text(item);
   }
+  if (ev.has_approval()) {
+    const auto& a = ev.approval();
+    if (a.agent_id() != agent_id_ || a.turn_id() != turn_id_) return {};
+    if (a.state() == pb::APPROVAL_PENDING && asked_.insert(a.id()).second) pending_approval_ = a;
+    if (json_) {
+      json args = json::parse(a.arguments_json(), nullptr, false);
+      if (args.is_discarded()) args = a.arguments_json();
+      const char* states[] = {"",       "pending", "approved", "always",
+                              "denied", "expired", "cancelled"};
+      const int st = static_cast<int>(a.state());
+      return json{{"type", "approval"},       {"offset_key", ev.offset_key()},
+                  {"agent_id", a.agent_id()}, {"turn_id", a.turn_id()},
+                  {"approval_id", a.id()},    {"tool", a.tool()},
+                  {"arguments", args},        {"state", st >= 0 && st <= 6 ? states[st] : ""},
+                  {"reason", a.reason()}}
+                 .dump() +
+             "\n";
+    }
+    return {};
+  }
   if (ev.has_agent()) {
     const auto& a = ev.agent();
     if (a.id() != agent_id_ || a.last_turn().id() != turn_id_) return {};
@@ -281,6 +317,8 @@ std::string TurnView::feed(const pb::Event& ev) {
       out += dim("· done") + "\n";
     } else if (state_ == pb::TURN_CANCELLED) {
       out += dim("· cancelled") + "\n";
+    } else if (state_ == pb::TURN_WAITING_FOR_USER) {
+      out += fmt::format("· waiting for you: {}\n", error_);
     } else {
       out += fmt::format("· turn failed: {}\n", error_);
     }
@@ -477,6 +515,10 @@ class Chat {
           if (!ev) break;
           failures = 0;
           emit(view_.feed(*ev));
+          if (auto pending = view_.take_pending_approval(); pending) {
+            auto answered = co_await ask_approval(*pending);
+            (void)answered;
+          }
           if (view_.ended()) break;
         }
         if (view_.ended()) {
@@ -501,6 +543,34 @@ class Chat {
       co_return last.ok() ? unavailable("the events stream ended before the turn") : last;
     }
     co_return view_.state();
+  }
+
+  // Asks on the terminal whether |a| may run and answers with Agents.Respond. Without a
+  // terminal (or with --json) nothing is asked: the call waits for an answer from elsewhere.
+  asio::awaitable<Status> ask_approval(const pb::Approval& a) {
+    const std::string summary = tool_call_summary(a.tool(), a.arguments_json());
+    const std::string question = fmt::format("Allow {}? [y]es once / [a]lways / [n]o ", summary);
+    std::optional<std::string> answer;
+    if (!o_.json) answer = ask_tty(question);
+    if (!answer) {
+      if (!o_.json)
+        fmt::print(stderr, "[approval {} for {} waits for an answer]\n", a.id(), summary);
+      co_return ok_status();
+    }
+    pb::RespondRequest req;
+    req.set_agent_id(agent_.id());
+    req.set_approval_id(a.id());
+    const char c = answer->empty()
+                       ? 'n'
+                       : static_cast<char>(std::tolower(static_cast<unsigned char>((*answer)[0])));
+    req.set_decision(c == 'y' ? pb::APPROVE_ONCE : c == 'a' ? pb::APPROVE_ALWAYS : pb::DENY);
+    pb::Agents::Stub stub(conn_->channel);
+    auto r = co_await stub.Respond(req, box_options(std::chrono::seconds(30)));
+    if (!r.ok()) {
+      fmt::print(stderr, "cocoonbox chat: answering the approval: {}\n", r.status().message());
+      co_return r.status();
+    }
+    co_return ok_status();
   }
 
   void emit(const std::string& s) {

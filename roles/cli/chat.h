@@ -11,7 +11,8 @@
 // until the turn ends: text as it streams, one line per tool call, the first line of each
 // result, the end state. A dropped events stream is resumed from the last offset_key. Without
 // PROMPT it reads prompts from stdin, one per line, until EOF; Ctrl-C during a turn cancels it
-// (Agents.Cancel), a second Ctrl-C exits.
+// (Agents.Cancel), a second Ctrl-C exits. A tool call waiting for approval is asked about on
+// the terminal and answered with Agents.Respond.
 //
 // Exit codes: 0 ok (the turn ended done), 1 error or a turn that failed, 2 usage, 130 a turn
 // cancelled with Ctrl-C.
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -45,7 +47,8 @@ bool is_chat_command(std::string_view command);
 // Runs |command| signed in with the stored login. Returns the exit status.
 int run_chat_command(std::string_view command, const ChatOptions& o);
 
-// "running", "done", "failed", "cancelled", or "" for an agent with no turn yet.
+// "running", "done", "failed", "cancelled", "waiting_for_user", or "" for an agent with no
+// turn yet.
 std::string turn_state_name(cocoonbox::agent::v1::TurnState s);
 
 // The one-line summary of a tool call: `shell: ls -la`, `read_file: src/main.cc`; other tools
@@ -73,6 +76,13 @@ class TurnView {
   const std::string& offset() const { return offset_; }
   void set_offset(std::string offset) { offset_ = std::move(offset); }
   bool ended() const { return ended_; }
+  // A tool call of this turn that waits for the user's answer (Agents.Respond), once: the
+  // next call returns nullopt until another one is asked.
+  std::optional<cocoonbox::agent::v1::Approval> take_pending_approval() {
+    auto a = std::move(pending_approval_);
+    pending_approval_.reset();
+    return a;
+  }
   cocoonbox::agent::v1::TurnState state() const { return state_; }
   const std::string& error() const { return error_; }
 
@@ -89,11 +99,13 @@ class TurnView {
   bool ended_ = false;
   cocoonbox::agent::v1::TurnState state_ = cocoonbox::agent::v1::TURN_RUNNING;
   std::string error_;
-  std::set<int64_t> seen_;     // item seqs already shown
-  std::string streamed_;       // deltas shown since the last assistant text item
-  std::string shown_text_;     // the last assistant text item shown, until a tool item
-  std::string late_deltas_;    // deltas after |shown_text_| (suppressed while they match it)
-  bool at_line_start_ = true;  // text mode: the last thing printed ended a line
+  std::optional<cocoonbox::agent::v1::Approval> pending_approval_;
+  std::set<std::string> asked_;  // approval ids already handed out
+  std::set<int64_t> seen_;       // item seqs already shown
+  std::string streamed_;         // deltas shown since the last assistant text item
+  std::string shown_text_;       // the last assistant text item shown, until a tool item
+  std::string late_deltas_;      // deltas after |shown_text_| (suppressed while they match it)
+  bool at_line_start_ = true;    // text mode: the last thing printed ended a line
 };
 
 }  // namespace cb::cli

@@ -151,6 +151,41 @@ diff "$tmp/t6.want" "$tmp/t6.out" >&2 || fail "resumed output differs"
 grep -q "resuming" "$tmp/t6.err" || fail "no resume note: $(cat "$tmp/t6.err")"
 ok "an api restart mid-turn: the chat resumed the events stream and printed each item once"
 
+# --- approvals: asked inline on the terminal, answered with Respond ---
+printf '{"models": {"main": {"name": "gpt-e2e", "wire": "openai"}}, "approval_mode": "ask"}\n' \
+  >"$agent_dir/agent.json"
+script '[{"wire":"openai","tool_calls":[{"id":"call_a","name":"shell","arguments":{"command":"echo approved-run"}}]},
+         {"wire":"openai","text":"It ran."}]'
+# chat on a terminal of its own: the question appears there and "y" is typed.
+"$py" - "$bin" >"$tmp/t7.out" 2>&1 <<'EOF2' || fail "approval chat: $(cat "$tmp/t7.out")"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "--new", "remove it"])
+out, answered, deadline = b"", False, time.time() + 60
+while time.time() < deadline:
+    r, _, _ = select.select([fd], [], [], 0.1)
+    if r:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    if not answered and b"[a]lways / [n]o" in out:
+        os.write(fd, b"y\n")
+        answered = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode("utf-8", "replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+EOF2
+grep -q "Allow shell: echo approved-run? \[y\]es once / \[a\]lways / \[n\]o" "$tmp/t7.out" ||
+  fail "no question: $(cat "$tmp/t7.out")"
+grep -q "approved-run" "$tmp/t7.out" && grep -q "It ran." "$tmp/t7.out" ||
+  fail "the approved call did not run: $(cat "$tmp/t7.out")"
+ok "approval mode ask: chat asks 'Allow shell: ...? [y]es once / [a]lways / [n]o' and y runs the call"
+
 # --- usage errors ---
 set +e
 "$bin" chat --agent ag_nope "x" </dev/null >/dev/null 2>"$tmp/e1.err"

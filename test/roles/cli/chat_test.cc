@@ -185,6 +185,45 @@ TEST_CASE("TurnView: --json prints one parseable object per event", "[cli][unit]
                          {"error", ""}});
 }
 
+TEST_CASE("TurnView: a pending approval of the turn is handed out once", "[cli][unit]") {
+  TurnView v(false, false);
+  v.follow("ag_1", "tu_1");
+  pb::Event ev;
+  ev.set_offset_key("5");
+  ev.set_channel("approvals");
+  auto* a = ev.mutable_approval();
+  a->set_id("ap_1");
+  a->set_agent_id("ag_1");
+  a->set_turn_id("tu_1");
+  a->set_tool("shell");
+  a->set_arguments_json(R"({"command":"rm -rf x"})");
+  a->set_state(pb::APPROVAL_PENDING);
+  CHECK(v.feed(ev).empty());
+  auto pending = v.take_pending_approval();
+  REQUIRE(pending.has_value());
+  CHECK(pending->id() == "ap_1");
+  CHECK_FALSE(v.take_pending_approval().has_value());
+  CHECK(v.feed(ev).empty());  // repeated after a resume: not asked again
+  CHECK_FALSE(v.take_pending_approval().has_value());
+  a->set_id("ap_2");
+  a->set_turn_id("tu_other");
+  (void)v.feed(ev);
+  CHECK_FALSE(v.take_pending_approval().has_value());
+  // A turn that waits for the user ends the view with that state.
+  CHECK(v.feed(agent(6, "tu_1", pb::TURN_WAITING_FOR_USER, "no answer in 10 min")) ==
+        "· waiting for you: no answer in 10 min\n");
+  CHECK(v.state() == pb::TURN_WAITING_FOR_USER);
+
+  TurnView j(true, false);
+  j.follow("ag_1", "tu_1");
+  a->set_id("ap_3");
+  a->set_turn_id("tu_1");
+  json line = json::parse(j.feed(ev));
+  CHECK(line["type"] == "approval");
+  CHECK(line["state"] == "pending");
+  CHECK(line["arguments"]["command"] == "rm -rf x");
+}
+
 TEST_CASE("tool_call_summary: the telling argument, one line, cut", "[cli][unit]") {
   CHECK(tool_call_summary("shell", R"({"command":"ls -la","timeout":5})") == "shell: ls -la");
   CHECK(tool_call_summary("read_file", R"({"path":"src/a.cc","offset":3})") ==
