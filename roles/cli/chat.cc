@@ -378,16 +378,8 @@ class Chat {
   // ---- connection ----
 
   asio::awaitable<std::optional<Failure>> connect() {
-    auto dir = client::config_dir();
-    if (!dir.ok()) co_return Failure{std::string(dir.status().message())};
-    auto cfg = client::load_config(*dir);
-    if (!cfg.ok()) co_return Failure{std::string(cfg.status().message())};
-    if (!*cfg) co_return Failure{"not logged in: run `cocoonbox login` first"};
-    auto endpoint = client::parse_endpoint((*cfg)->endpoint);
-    if (!endpoint.ok()) co_return Failure{std::string(endpoint.status().message())};
-    auto token = co_await client::load_token(*dir, **cfg);
-    if (!token.ok()) co_return Failure{std::string(token.status().message())};
-    auto c = client::open_connection(co_await asio::this_coro::executor, *endpoint, *token);
+    auto ex = co_await asio::this_coro::executor;
+    auto c = co_await client::connect_signed_in(ex);
     if (!c.ok()) co_return Failure{std::string(c.status().message())};
     conn_ = std::move(*c);
     co_return std::nullopt;

@@ -212,16 +212,7 @@ class Session {
 
   asio::awaitable<int> run() {
     auto ex = co_await asio::this_coro::executor;
-    auto dir = client::config_dir();
-    if (!dir.ok()) co_return fail(dir.status().message());
-    auto cfg = client::load_config(*dir);
-    if (!cfg.ok()) co_return fail(cfg.status().message());
-    if (!*cfg) co_return fail("not logged in: run `cocoonbox login` first");
-    auto endpoint = client::parse_endpoint((*cfg)->endpoint);
-    if (!endpoint.ok()) co_return fail(endpoint.status().message());
-    auto token = co_await client::load_token(*dir, **cfg);
-    if (!token.ok()) co_return fail(token.status().message());
-    auto conn = client::open_connection(ex, *endpoint, *token);
+    auto conn = co_await client::connect_signed_in(ex);
     if (!conn.ok()) co_return fail(conn.status().message());
     conn_ = std::move(*conn);
 

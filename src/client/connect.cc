@@ -1,5 +1,6 @@
 #include "client/connect.h"
 
+#include "client/config.h"
 #include "net/tls.h"
 
 namespace cb::client {
@@ -29,6 +30,19 @@ Result<Connection> open_connection(net::Executor executor, Endpoint endpoint, st
   c.endpoint = std::move(endpoint);
   c.token = std::move(token);
   return c;
+}
+
+asio::awaitable<Result<Connection>> connect_signed_in(net::Executor executor) {
+  auto dir = config_dir();
+  if (!dir.ok()) co_return dir.status();
+  auto cfg = load_config(*dir);
+  if (!cfg.ok()) co_return cfg.status();
+  if (!*cfg) co_return failed_precondition("not logged in: run `cocoonbox login` first");
+  auto endpoint = parse_endpoint((*cfg)->endpoint);
+  if (!endpoint.ok()) co_return endpoint.status();
+  auto token = co_await load_token(*dir, **cfg);
+  if (!token.ok()) co_return token.status();
+  co_return open_connection(std::move(executor), std::move(*endpoint), std::move(*token));
 }
 
 }  // namespace cb::client

@@ -26,4 +26,11 @@ struct Connection {
 // Errors: kInvalidArgument (TLS set-up).
 Result<Connection> open_connection(net::Executor executor, Endpoint endpoint, std::string token);
 
+// The connection of the user signed in on this machine, as every command that talks to the api
+// opens it: config_dir(), load_config(), the endpoint, the token (through the credential
+// helper when one is set), open_connection().
+// Errors: kFailedPrecondition "not logged in: run `cocoonbox login` first" with no config;
+//   those of the steps (their messages name the file or field).
+asio::awaitable<Result<Connection>> connect_signed_in(net::Executor executor);
+
 }  // namespace cb::client
