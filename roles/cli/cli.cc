@@ -539,7 +539,7 @@ constexpr std::string_view kBashCompletion = R"(# bash completion for cocoonbox
 _cocoonbox() {
   local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "login logout status ensure hibernate upgrade boxes box setup mcp-headers completion rsh api agent --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "login logout status ensure hibernate upgrade boxes box save snapshots browse restore agents chat setup mcp mcp-headers completion rsh api agent --help --version" -- "$cur"))
     return
   fi
   case $cmd in
@@ -547,6 +547,10 @@ _cocoonbox() {
     status|ensure|hibernate) COMPREPLY=($(compgen -W "--box --json --no-wait --help" -- "$cur")) ;;
     upgrade) COMPREPLY=($(compgen -W "--box --yes --json --no-wait --help" -- "$cur")) ;;
     boxes|logout) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+    save|snapshots|browse|agents) COMPREPLY=($(compgen -W "--box --json --help" -- "$cur")) ;;
+    restore) COMPREPLY=($(compgen -W "--snapshot --at --target --box --json --help" -- "$cur")) ;;
+    chat) COMPREPLY=($(compgen -W "--box --agent --new --json --help" -- "$cur")) ;;
+    mcp) COMPREPLY=($(compgen -W "--box --no-wake --help" -- "$cur")) ;;
     box) if [[ $COMP_CWORD -eq 2 ]]; then COMPREPLY=($(compgen -W "create rm" -- "$cur"));
          else COMPREPLY=($(compgen -W "--json --yes --no-wait --help" -- "$cur")); fi ;;
     completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
@@ -570,6 +574,13 @@ _cocoonbox() {
     'upgrade:recreate a box on the current image, keeping its data'
     'boxes:list your boxes'
     'box:create or remove a box'
+    'save:save the files of a box now'
+    'snapshots:list the saves of a box'
+    'browse:list a directory of a save'
+    'restore:restore paths from a save into ~/Restored'
+    'agents:list the agents in a box'
+    'chat:talk to the agent in the box'
+    'mcp:the MCP bridge for local coding agents (stdio)'
     'setup:register cocoonbox mcp with claude, codex or cursor'
     'mcp-headers:print the Authorization header for a direct MCP config'
     'completion:print shell completion'
@@ -582,6 +593,10 @@ _cocoonbox() {
     login) _arguments '--endpoint[api URL]:url:' '--token[- reads stdin]:token:(-)' '--credential-helper[command]:cmd:' '--json' ;;
     status|ensure|hibernate) _arguments '--box[box name]:name:' '--json' '--no-wait' ;;
     upgrade) _arguments '--box[box name]:name:' '--yes' '--json' '--no-wait' ;;
+    save|snapshots|browse|agents) _arguments '--box[box name]:name:' '--json' ;;
+    restore) _arguments '--snapshot[snapshot id]:id:' '--at[time]:time:' '--target[folder name]:name:' '--box[box name]:name:' '--json' ;;
+    chat) _arguments '--box[box name]:name:' '--agent[agent id]:id:' '--new' '--json' ;;
+    mcp) _arguments '--box[box name]:name:' '--no-wake' ;;
     box) (( CURRENT == 3 )) && _values 'subcommand' create rm || _arguments '--json' '--yes' '--no-wait' ;;
     completion) _values 'shell' bash zsh ;;
     setup) (( CURRENT == 3 )) && _values 'client' claude codex cursor || _arguments '--print' '--box[box name]:name:' '--json' ;;

@@ -129,6 +129,9 @@ ok "a credential helper keeps the token; logout erases it"
 expect 0 completion bash
 bash -n <<<"$out" || fail "bash completion has a syntax error"
 grep -q "complete -F _cocoonbox cocoonbox" <<<"$out" || fail "bash completion"
+for c in save snapshots browse restore agents chat mcp; do
+  grep -qE "compgen -W \"[^\"]* $c( |\")" <<<"$out" || fail "bash completion does not offer $c"
+done
 expect 0 completion zsh
 [[ $(head -1 <<<"$out") == "#compdef cocoonbox" ]] || fail "zsh completion"
 if command -v zsh >/dev/null; then zsh -n <<<"$out" || fail "zsh completion syntax"; fi
