@@ -8,6 +8,7 @@
 #include "cocoonbox/agent/v1/session.cbgrpc.h"
 #include "net/asio.h"
 #include "net/signal.h"
+#include "roles/cli/failure.h"
 
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
@@ -31,8 +32,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kError = 1;
 constexpr int kCancelledExit = 130;
 
 // Cuts |s| to |width| characters (bytes; never inside a UTF-8 sequence) with "…".
@@ -330,11 +329,6 @@ std::string TurnView::feed(const pb::Event& ev) {
 // ---- the commands ---------------------------------------------------------------------------
 
 namespace {
-
-struct Failure {
-  std::string message;
-  int code = kError;
-};
 
 class Chat {
  public:

@@ -6,6 +6,7 @@
 #include "client/endpoint.h"
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
 #include "roles/cli/chat.h"
+#include "roles/cli/failure.h"
 #include "roles/cli/setup.h"
 #include "roles/cli/state_cmds.h"
 
@@ -29,10 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kError = 1;
-constexpr int kUsage = 2;
-
 // What the user asked for, filled by CLI11.
 struct Options {
   std::string command;     // "login", ..., "box create", "box rm"
@@ -46,12 +43,6 @@ struct Options {
   std::string shell;   // completion
   std::string client;  // setup
   bool print = false;  // setup
-};
-
-// An error for the user: the message and the exit code it maps to.
-struct Failure {
-  std::string message;
-  int code = kError;
 };
 
 std::string state_name(pb::State s) {

@@ -5,6 +5,7 @@
 #include "client/connect.h"
 #include "cocoonbox/control/v1/boxes.cbgrpc.h"
 #include "net/asio.h"
+#include "roles/cli/failure.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,10 +23,6 @@ namespace pb = ::cocoonbox::control::v1;
 using json = nlohmann::json;
 
 namespace {
-
-constexpr int kOk = 0;
-constexpr int kError = 1;
-constexpr int kUsage = 2;
 
 std::string utc(int64_t ms) {
   std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -96,11 +93,6 @@ class ProgressLine {
   std::string label_;
   bool tty_;
   bool open_ = false;
-};
-
-struct Failure {
-  std::string message;
-  int code = kError;
 };
 
 class StateCli {
