@@ -81,6 +81,8 @@ struct RetryPolicy {
   std::chrono::milliseconds max_retry_after{60000};
 };
 
+class RequestEncoder;  // wire.h
+
 struct CallOptions {
   // Called for each delta of a streamed answer, on the client's executor, before call()
   // returns. Must not block; it may not call back into the client.
@@ -94,6 +96,9 @@ struct CallOptions {
   // Longest silence allowed between two reads of the answer (a hung upstream).
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
   RetryPolicy retry;
+  // Builds the body incrementally across calls (wire.h); null: request_body() each call.
+  // Not owned; must outlive the call.
+  RequestEncoder* encoder = nullptr;
 };
 
 class Client {

@@ -588,19 +588,13 @@ std::string image_omitted_note(const Part& image) {
                      image.media_type.empty() ? "unknown type" : image.media_type, bytes);
 }
 
-Result<json> openai_request_json(const Request& request, const ModelInfo& model, bool stream) {
-  json messages = json::array();
-  if (!request.system.empty())
-    messages.push_back(json{{"role", "system"}, {"content", request.system}});
-  for (const Message& m : request.messages) {
-    if (m.role == Role::kAssistant) {
-      ASSIGN_OR_RETURN(json msg, openai_assistant(m));
-      messages.push_back(std::move(msg));
-    } else {
-      RETURN_IF_ERROR(openai_user(m, model, messages));
-    }
-  }
-  json body{{"model", model.name}, {"messages", std::move(messages)}};
+namespace {
+
+// The request's fields other than its messages, as the wire's JSON object; the messages go
+// in afterwards (the caller's or RequestEncoder's). OpenAI's system prompt is a message, so
+// it is not here.
+json openai_head(const Request& request, const ModelInfo& model, bool stream) {
+  json body{{"model", model.name}};
   if (!request.tools.empty()) {
     json tools = json::array();
     for (const ToolDef& t : request.tools) {
@@ -623,7 +617,21 @@ Result<json> openai_request_json(const Request& request, const ModelInfo& model,
   return body;
 }
 
-Result<json> anthropic_request_json(const Request& request, const ModelInfo& model, bool stream) {
+json openai_system(const Request& request) {
+  return json{{"role", "system"}, {"content", request.system}};
+}
+
+// Appends the chat completions message(s) |m| becomes to |messages|.
+Status openai_message(const Message& m, const ModelInfo& model, json& messages) {
+  if (m.role == Role::kAssistant) {
+    ASSIGN_OR_RETURN(json msg, openai_assistant(m));
+    messages.push_back(std::move(msg));
+    return ok_status();
+  }
+  return openai_user(m, model, messages);
+}
+
+json anthropic_head(const Request& request, const ModelInfo& model, bool stream) {
   json body{{"model", model.name},
             {"max_tokens", request.max_tokens > 0 ? request.max_tokens : 4096}};
   if (!request.system.empty()) {
@@ -635,26 +643,6 @@ Result<json> anthropic_request_json(const Request& request, const ModelInfo& mod
       body["system"] = json::array({std::move(block)});
     }
   }
-  json messages = json::array();
-  for (const Message& m : request.messages) {
-    json content = json::array();
-    for (const Part* p : results_first(m)) {
-      bool user_kind = p->kind == PartKind::kToolResult || p->kind == PartKind::kImage;
-      if (m.role == Role::kAssistant && user_kind)
-        return invalid_argument("an assistant message holds only text and tool calls");
-      if (m.role == Role::kUser && p->kind == PartKind::kToolCall)
-        return invalid_argument("a tool call in a user message");
-      // Anthropic refuses empty text blocks, unless one carries a cache breakpoint.
-      if (p->kind == PartKind::kText && p->text.empty() && p->cache_control.is_null()) continue;
-      ASSIGN_OR_RETURN(json b, anthropic_block(*p, model));
-      content.push_back(std::move(b));
-    }
-    // Anthropic refuses empty content; keep the turn so the roles still alternate.
-    if (content.empty()) content.push_back(json{{"type", "text"}, {"text", "(empty)"}});
-    messages.push_back(json{{"role", m.role == Role::kAssistant ? "assistant" : "user"},
-                            {"content", std::move(content)}});
-  }
-  body["messages"] = std::move(messages);
   if (!request.tools.empty()) {
     json tools = json::array();
     for (const ToolDef& t : request.tools) {
@@ -672,11 +660,147 @@ Result<json> anthropic_request_json(const Request& request, const ModelInfo& mod
   return body;
 }
 
+Result<json> anthropic_message(const Message& m, const ModelInfo& model) {
+  json content = json::array();
+  for (const Part* p : results_first(m)) {
+    bool user_kind = p->kind == PartKind::kToolResult || p->kind == PartKind::kImage;
+    if (m.role == Role::kAssistant && user_kind)
+      return invalid_argument("an assistant message holds only text and tool calls");
+    if (m.role == Role::kUser && p->kind == PartKind::kToolCall)
+      return invalid_argument("a tool call in a user message");
+    // Anthropic refuses empty text blocks, unless one carries a cache breakpoint.
+    if (p->kind == PartKind::kText && p->text.empty() && p->cache_control.is_null()) continue;
+    ASSIGN_OR_RETURN(json b, anthropic_block(*p, model));
+    content.push_back(std::move(b));
+  }
+  // Anthropic refuses empty content; keep the turn so the roles still alternate.
+  if (content.empty()) content.push_back(json{{"type", "text"}, {"text", "(empty)"}});
+  return json{{"role", m.role == Role::kAssistant ? "assistant" : "user"},
+              {"content", std::move(content)}};
+}
+
+// The JSON text of the wire message(s) |m| becomes, comma-separated as inside an array.
+Result<std::string> message_fragment(const Message& m, const ModelInfo& model) {
+  std::string out;
+  if (model.wire == Wire::kAnthropic) {
+    ASSIGN_OR_RETURN(json msg, anthropic_message(m, model));
+    out = dump_json(msg);
+    return out;
+  }
+  json messages = json::array();
+  RETURN_IF_ERROR(openai_message(m, model, messages));
+  for (const json& msg : messages) {
+    if (!out.empty()) out += ',';
+    out += dump_json(msg);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<json> openai_request_json(const Request& request, const ModelInfo& model, bool stream) {
+  json messages = json::array();
+  if (!request.system.empty()) messages.push_back(openai_system(request));
+  for (const Message& m : request.messages) RETURN_IF_ERROR(openai_message(m, model, messages));
+  json body = openai_head(request, model, stream);
+  body["messages"] = std::move(messages);
+  return body;
+}
+
+Result<json> anthropic_request_json(const Request& request, const ModelInfo& model, bool stream) {
+  json messages = json::array();
+  for (const Message& m : request.messages) {
+    ASSIGN_OR_RETURN(json msg, anthropic_message(m, model));
+    messages.push_back(std::move(msg));
+  }
+  json body = anthropic_head(request, model, stream);
+  body["messages"] = std::move(messages);
+  return body;
+}
+
 Result<std::string> request_body(const Request& request, const ModelInfo& model, bool stream) {
   Result<json> j = model.wire == Wire::kAnthropic ? anthropic_request_json(request, model, stream)
                                                   : openai_request_json(request, model, stream);
   if (!j.ok()) return j.status();
   return dump_json(*j);
+}
+
+bool RequestEncoder::head_matches(const Request& request, const ModelInfo& model,
+                                  bool stream) const {
+  return have_head_ && stream == stream_ && model.name == head_model_.name &&
+         request.system == head_request_.system &&
+         request.system_cache_control == head_request_.system_cache_control &&
+         request.max_tokens == head_request_.max_tokens &&
+         request.temperature == head_request_.temperature && request.tools == head_request_.tools;
+}
+
+Result<std::string> RequestEncoder::body(const Request& request, const ModelInfo& model,
+                                         bool stream) {
+  if (model.wire != wire_ || model.vision != vision_) {
+    // Both change how messages are written: nothing cached still holds.
+    entries_.clear();
+    have_head_ = false;
+    wire_ = model.wire;
+    vision_ = model.vision;
+  }
+  if (!head_matches(request, model, stream)) {
+    json head = model.wire == Wire::kAnthropic ? anthropic_head(request, model, stream)
+                                               : openai_head(request, model, stream);
+    head["messages"] = json::array();
+    std::string text = dump_json(head);
+    // Keys are written in sorted order and "max_tokens" (a number) or "messages" comes first
+    // (every other key sorts after "messages"), so the first match is the top-level key,
+    // never one inside a tool schema; quotes inside strings are escaped and cannot match.
+    constexpr std::string_view kMark = "\"messages\":[]";
+    size_t at = text.find(kMark);
+    if (at == std::string::npos) return internal_error("request encoder: no messages key");
+    head_prefix_ = text.substr(0, at + kMark.size() - 1);
+    head_suffix_ = text.substr(at + kMark.size() - 1);
+    system_fragment_.clear();
+    if (model.wire == Wire::kOpenAi && !request.system.empty())
+      system_fragment_ = dump_json(openai_system(request));
+    head_request_ = Request();
+    head_request_.system = request.system;
+    head_request_.system_cache_control = request.system_cache_control;
+    head_request_.max_tokens = request.max_tokens;
+    head_request_.temperature = request.temperature;
+    head_request_.tools = request.tools;
+    head_model_ = model;
+    stream_ = stream;
+    have_head_ = true;
+  }
+  if (entries_.size() > request.messages.size()) entries_.resize(request.messages.size());
+  size_t bytes = head_prefix_.size() + head_suffix_.size() + system_fragment_.size() + 1;
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    const Message& m = request.messages[i];
+    if (i < entries_.size() && entries_[i].message == m) {
+      bytes += entries_[i].json.size() + 1;
+      continue;
+    }
+    Result<std::string> fragment = message_fragment(m, model);
+    if (!fragment.ok()) {
+      entries_.resize(i);  // nothing past a message that cannot be written is kept
+      return fragment.status();
+    }
+    if (i == entries_.size()) entries_.emplace_back();
+    entries_[i].message = m;
+    entries_[i].json = std::move(*fragment);
+    bytes += entries_[i].json.size() + 1;
+  }
+  std::string out;
+  out.reserve(bytes);
+  out += head_prefix_;
+  bool first = true;
+  auto add = [&out, &first](const std::string& fragment) {
+    if (fragment.empty()) return;
+    if (!first) out += ',';
+    out += fragment;
+    first = false;
+  };
+  add(system_fragment_);
+  for (const Entry& e : entries_) add(e.json);
+  out += head_suffix_;
+  return out;
 }
 
 Result<Response> parse_response(Wire wire, std::string_view body) {

@@ -39,6 +39,39 @@ Result<nlohmann::json> openai_request_json(const Request& request, const ModelIn
 Result<nlohmann::json> anthropic_request_json(const Request& request, const ModelInfo& model,
                                               bool stream);
 
+// request_body(), byte for byte, for a conversation that grows: keeps each message's
+// serialized JSON (and the rest of the body) from the previous call, so a request that only
+// gained messages since then costs the new ones plus copying the text, instead of rebuilding
+// and re-serializing the whole history every model step. A message is reused only while it
+// compares equal to the one it was written from; a change in the model's wire or vision
+// drops everything.
+//
+// Thread-safety: a plain value; one caller at a time. Movable and copyable.
+class RequestEncoder {
+ public:
+  // As request_body(). Errors: as request_body() (the cache then keeps only the messages
+  // before the one that failed).
+  Result<std::string> body(const Request& request, const ModelInfo& model, bool stream);
+
+ private:
+  struct Entry {
+    Message message;   // as it was written
+    std::string json;  // its wire message(s), comma-separated
+  };
+  bool head_matches(const Request& request, const ModelInfo& model, bool stream) const;
+
+  Wire wire_ = Wire::kOpenAi;
+  bool vision_ = false;
+  std::vector<Entry> entries_;
+  bool have_head_ = false;
+  Request head_request_;  // the fields of the head, without messages
+  ModelInfo head_model_;
+  bool stream_ = false;
+  std::string head_prefix_;      // the body up to and including the messages' '['
+  std::string head_suffix_;      // from the messages' ']' to the end
+  std::string system_fragment_;  // OpenAI: the system message
+};
+
 // The text a model without vision sees in place of an image.
 std::string image_omitted_note(const Part& image);
 

@@ -417,5 +417,83 @@ TEST_CASE("request_body: invalid UTF-8 from a tool does not fail the request", "
   CHECK(body->find("bin \xEF\xBF\xBD\xEF\xBF\xBD end") != std::string::npos);
 }
 
+TEST_CASE("RequestEncoder: bodies equal request_body byte for byte as a conversation changes",
+          "[model][unit]") {
+  const ModelInfo models[] = {
+      {"gpt-4o", Wire::kOpenAi, true, 128000},
+      {"gpt-4o-mini", Wire::kOpenAi, false, 128000},
+      {"claude-sonnet-4-5", Wire::kAnthropic, true, 200000},
+      {"claude-haiku", Wire::kAnthropic, false, 200000},
+  };
+  for (const ModelInfo& m : models) {
+    for (bool stream : {true, false}) {
+      INFO(m.name << " stream " << stream);
+      RequestEncoder enc;
+      Request r = tool_round_trip();
+      r.system_cache_control = json{{"type", "ephemeral"}};
+      r.messages[0].parts[0].cache_control = json{{"type", "ephemeral"}};
+      auto same = [&] {
+        auto want = request_body(r, m, stream);
+        auto got = enc.body(r, m, stream);
+        REQUIRE(want.ok());
+        REQUIRE(got.ok());
+        CHECK(*got == *want);
+      };
+      same();
+      // The loop's steps: an assistant turn with a call, then its result.
+      r.messages.push_back(Message::assistant({Part::tool_call_part("call_2", "ls", "{}")}));
+      same();
+      r.messages.push_back(Message::user({Part::tool_result_part(
+          "call_2", {Part::text_part("a\nb \xff bad utf-8 \"quoted\"")}, true)}));
+      same();
+      // A resumed step's results join the last user message; a breakpoint moves.
+      r.messages.back().parts.push_back(
+          Part::tool_result_part("call_3", {Part::image_part("image/png", "AAAA")}));
+      r.messages[0].parts[0].cache_control = json();
+      r.messages[2].parts[0].cache_control = json{{"type", "ephemeral"}};
+      same();
+      // The head changes: system prompt, tools, token cap, temperature.
+      r.system = "Other prompt.";
+      r.tools.push_back(ToolDef{"ls", "Lists", json(), json{{"type", "ephemeral"}}});
+      r.max_tokens = 100;
+      r.temperature = 0.5;
+      same();
+      r.system.clear();
+      same();
+      // Compaction replaces the history with a shorter one.
+      r.messages.erase(r.messages.begin(), r.messages.begin() + 3);
+      r.messages.front().parts.insert(r.messages.front().parts.begin(),
+                                      Part::text_part("Summary: looked at the screen."));
+      same();
+      r.messages.clear();
+      same();
+      // A model on the other wire, then back.
+      const ModelInfo& other = m.wire == Wire::kOpenAi ? models[2] : models[0];
+      r = tool_round_trip();
+      auto want_other = request_body(r, other, stream);
+      auto got_other = enc.body(r, other, stream);
+      REQUIRE(got_other.ok());
+      CHECK(*got_other == *want_other);
+      same();
+    }
+  }
+}
+
+TEST_CASE(
+    "RequestEncoder: a message that cannot be written fails, and the next good body is "
+    "whole",
+    "[model][unit]") {
+  ModelInfo m{"x", Wire::kAnthropic, true, 1000};
+  RequestEncoder enc;
+  Request r = tool_round_trip();
+  REQUIRE(enc.body(r, m, true).ok());
+  r.messages.push_back(Message::user({Part::tool_call_part("c", "n", "{}")}));
+  CHECK(enc.body(r, m, true).status().code() == Code::kInvalidArgument);
+  r.messages.back() = Message::user({Part::text_part("fine")});
+  auto got = enc.body(r, m, true);
+  REQUIRE(got.ok());
+  CHECK(*got == *request_body(r, m, true));
+}
+
 }  // namespace
 }  // namespace cb::model
