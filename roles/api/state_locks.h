@@ -2,6 +2,9 @@
 // StateLocks: the api's locks of the state layer, in one place (seed §25.3):
 //
 //   box(box_id)          exclusive per box: saves and restores of one box never overlap
+//   box_for_prune(id)    the same lock, taken by the GC pass (state_gc.h) while it prunes
+//                        the box; box_held() does not count it, so a save before hibernating
+//                        waits for the prune instead of being skipped as covered
 //   user_shared(user)    held by every save, restore and browse of the user's boxes, from its
 //                        start (the head or index read) to its commit
 //   user_exclusive(user) the per-user chunk sweep (src/state retention/prune/sweep): waits for
@@ -71,6 +74,22 @@ class StateLocks {
     });
   }
 
+  // box(), for the GC pass's prune of the box. Errors: as box().
+  asio::awaitable<Result<Guard>> box_for_prune(std::string box_id) {
+    auto e = entry(boxes_, box_id);
+    while (e->writer) {
+      Status st = co_await e->changed.wait();
+      if (!st.ok()) co_return st;
+    }
+    e->writer = true;
+    e->pruning = true;
+    co_return Guard([e] {
+      e->writer = false;
+      e->pruning = false;
+      e->changed.notify();
+    });
+  }
+
   asio::awaitable<Result<Guard>> user_shared(std::string user) {
     auto e = entry(users_, user);
     while (e->writer || e->writers_waiting > 0) {
@@ -103,10 +122,22 @@ class StateLocks {
     });
   }
 
-  // True while box(|box_id|) is held.
+  // True while box(|box_id|) is held by a save or restore (not by box_for_prune()).
   bool box_held(const std::string& box_id) const {
     auto it = boxes_.find(box_id);
-    return it != boxes_.end() && it->second->writer;
+    return it != boxes_.end() && it->second->writer && !it->second->pruning;
+  }
+
+  // True while box_for_prune(|box_id|) is held.
+  bool box_pruning(const std::string& box_id) const {
+    auto it = boxes_.find(box_id);
+    return it != boxes_.end() && it->second->pruning;
+  }
+
+  // For tests: exclusive lockers of |user| waiting now.
+  int user_exclusive_waiting(const std::string& user) const {
+    auto it = users_.find(user);
+    return it == users_.end() ? 0 : it->second->writers_waiting;
   }
 
   // For tests and /metrics: shared holders of |user| now.
@@ -120,6 +151,7 @@ class StateLocks {
     explicit Entry(const net::Executor& ex) : changed(ex) {}
     int readers = 0;
     bool writer = false;
+    bool pruning = false;  // boxes: the writer is the GC pass's prune
     int writers_waiting = 0;
     net::Signal changed;
   };

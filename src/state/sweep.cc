@@ -99,6 +99,8 @@ Result<SweepResult> sweep_finish(Store& store, const StateKeys& keys, SweepMark&
   std::span<const std::string> rest(garbage_keys);
   while (!rest.empty()) {
     const size_t n = std::min(rest.size(), options.delete_batch);
+    if (options.before_batch)
+      options.before_batch(garbage_keys.size() - rest.size(), garbage_keys.size());
     RETURN_IF_ERROR(store.delete_batch(rest.first(n)));
     rest = rest.subspan(n);
   }

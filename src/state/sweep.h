@@ -48,6 +48,9 @@ struct SweepOptions {
   // Step 4, under the lock, before the first delete; an error stops the sweep (nothing
   // deleted). Unset: the store's listing is the index (save_snapshot() stats the store).
   std::function<Status(std::span<const ChunkId> garbage)> before_delete;
+  // Step 4, before each delete_batch() call: the chunks deleted so far and the garbage total
+  // (progress for a human, and an observable point between the index and the deletes).
+  std::function<void(uint64_t deleted, uint64_t total)> before_batch;
   // For tests: runs between the mark and taking the lock.
   std::function<void()> after_mark_for_test;
 };
