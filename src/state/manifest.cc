@@ -117,7 +117,33 @@ Status validate_manifest(const Manifest& manifest) {
   return ok_status();
 }
 
-std::string encode_manifest(const Manifest& manifest) {
+namespace {
+
+constexpr uint64_t kFlagDelta = 1;
+constexpr size_t kMaxBaseIdSize = 64;
+
+// Appends shared:varint suffix:bytes for |path| after |previous| (README.md §Manifest).
+void put_path(std::string& out, std::string_view previous, std::string_view path) {
+  size_t shared = 0;
+  const size_t limit = std::min(previous.size(), path.size());
+  while (shared < limit && previous[shared] == path[shared]) ++shared;
+  internal::put_varint(out, shared);
+  internal::put_bytes(out, path.substr(shared));
+}
+
+Result<std::string> read_path(internal::Reader& r, const std::string& previous) {
+  ASSIGN_OR_RETURN(uint64_t shared, r.varint());
+  if (shared > previous.size()) return r.bad("shared prefix longer than the previous path");
+  ASSIGN_OR_RETURN(std::string_view suffix, r.bytes(kMaxPathSize));
+  std::string path = previous.substr(0, size_t(shared));
+  path += suffix;
+  if (path.size() > kMaxPathSize) return r.bad("path longer than 4096 bytes");
+  return path;
+}
+
+// scan_started_ns, the name table and the entries: the part a whole manifest and a delta
+// share.
+void encode_body(std::string& out, const Manifest& manifest) {
   using internal::put_bytes;
   using internal::put_svarint;
   using internal::put_varint;
@@ -134,21 +160,14 @@ std::string encode_manifest(const Manifest& manifest) {
     index_of(e.user);
     index_of(e.group);
   }
-  std::string out;
-  out.reserve(64 + manifest.entries.size() * 48);
-  out += kMagic;
-  put_varint(out, 0);  // flags
+  out.reserve(out.size() + 64 + manifest.entries.size() * 48);
   put_svarint(out, manifest.scan_started_ns);
   put_varint(out, names.size());
   for (std::string_view n : names) put_bytes(out, n);
   put_varint(out, manifest.entries.size());
   std::string_view previous;
   for (const Entry& e : manifest.entries) {
-    size_t shared = 0;
-    size_t limit = std::min(previous.size(), e.path.size());
-    while (shared < limit && previous[shared] == e.path[shared]) ++shared;
-    put_varint(out, shared);
-    put_bytes(out, std::string_view(e.path).substr(shared));
+    put_path(out, previous, e.path);
     previous = e.path;
     out += char(e.kind);
     put_varint(out, e.mode);
@@ -170,15 +189,9 @@ std::string encode_manifest(const Manifest& manifest) {
       put_bytes(out, e.target);
     }
   }
-  return out;
 }
 
-Result<Manifest> decode_manifest(std::string_view data) {
-  internal::Reader r(data, "manifest");
-  ASSIGN_OR_RETURN(std::string_view magic, r.raw(kMagic.size()));
-  if (magic != kMagic) return r.bad("unknown magic (not a version 1 manifest)");
-  ASSIGN_OR_RETURN(uint64_t flags, r.varint());
-  if (flags != 0) return r.bad("unknown flags " + std::to_string(flags));
+Result<Manifest> decode_body(internal::Reader& r) {
   Manifest m;
   ASSIGN_OR_RETURN(m.scan_started_ns, r.svarint());
   ASSIGN_OR_RETURN(uint64_t name_count, r.varint());
@@ -199,12 +212,7 @@ Result<Manifest> decode_manifest(std::string_view data) {
   std::string previous;
   for (uint64_t i = 0; i < count; ++i) {
     Entry e;
-    ASSIGN_OR_RETURN(uint64_t shared, r.varint());
-    if (shared > previous.size()) return r.bad("shared prefix longer than the previous path");
-    ASSIGN_OR_RETURN(std::string_view suffix, r.bytes(kMaxPathSize));
-    e.path = previous.substr(0, size_t(shared));
-    e.path += suffix;
-    if (e.path.size() > kMaxPathSize) return r.bad("path longer than 4096 bytes");
+    ASSIGN_OR_RETURN(e.path, read_path(r, previous));
     ASSIGN_OR_RETURN(uint8_t kind, r.byte());
     e.kind = EntryKind(kind);
     ASSIGN_OR_RETURN(uint64_t mode, r.varint());
@@ -247,14 +255,153 @@ Result<Manifest> decode_manifest(std::string_view data) {
   return m;
 }
 
+Status data_loss_at(std::string_view path, std::string_view what) {
+  return data_loss("manifest delta: \"" + std::string(path) + "\": " + std::string(what));
+}
+
+}  // namespace
+
+std::string encode_manifest(const Manifest& manifest) {
+  std::string out(kMagic);
+  internal::put_varint(out, 0);  // flags
+  encode_body(out, manifest);
+  return out;
+}
+
+std::string encode_manifest_delta(const ManifestDelta& delta) {
+  std::string out(kMagic);
+  internal::put_varint(out, kFlagDelta);
+  internal::put_bytes(out, delta.base);
+  internal::put_varint(out, delta.removed.size());
+  std::string_view previous;
+  for (const std::string& path : delta.removed) {
+    put_path(out, previous, path);
+    previous = path;
+  }
+  encode_body(out, delta.changes);
+  return out;
+}
+
+Result<ManifestObject> decode_manifest_object(std::string_view data) {
+  internal::Reader r(data, "manifest");
+  ASSIGN_OR_RETURN(std::string_view magic, r.raw(kMagic.size()));
+  if (magic != kMagic) return r.bad("unknown magic (not a version 1 manifest)");
+  ASSIGN_OR_RETURN(uint64_t flags, r.varint());
+  if (flags != 0 && flags != kFlagDelta) return r.bad("unknown flags " + std::to_string(flags));
+  ManifestObject object;
+  if (flags == kFlagDelta) {
+    ManifestDelta delta;
+    ASSIGN_OR_RETURN(std::string_view base, r.bytes(kMaxBaseIdSize));
+    if (base.empty()) return r.bad("delta without a base");
+    delta.base.assign(base);
+    ASSIGN_OR_RETURN(uint64_t removed, r.varint());
+    // Every removed path takes at least 2 bytes.
+    if (removed > kMaxEntries || removed > r.remaining() / 2) return r.bad("too many removed");
+    delta.removed.reserve(size_t(removed));
+    std::string previous;
+    for (uint64_t i = 0; i < removed; ++i) {
+      ASSIGN_OR_RETURN(std::string path, read_path(r, previous));
+      if (Status s = validate_path(path); !s.ok()) {
+        return data_loss("manifest: removed path: " + std::string(s.message()));
+      }
+      if (i > 0 && !path_less(previous, path)) return r.bad("removed paths out of order");
+      previous = path;
+      delta.removed.push_back(std::move(path));
+    }
+    ASSIGN_OR_RETURN(delta.changes, decode_body(r));
+    object.delta = std::move(delta);
+  } else {
+    ASSIGN_OR_RETURN(object.whole, decode_body(r));
+  }
+  return object;
+}
+
+Result<Manifest> decode_manifest(std::string_view data) {
+  ASSIGN_OR_RETURN(ManifestObject object, decode_manifest_object(data));
+  if (object.delta.has_value()) {
+    return failed_precondition("manifest: a delta of snapshot " + object.delta->base +
+                               ", not a whole manifest");
+  }
+  return std::move(object.whole);
+}
+
+ManifestDelta diff_manifests(const Manifest& base, std::string_view base_id,
+                             const Manifest& target) {
+  ManifestDelta delta;
+  delta.base = std::string(base_id);
+  delta.changes.scan_started_ns = target.scan_started_ns;
+  auto b = base.entries.begin();
+  auto t = target.entries.begin();
+  while (b != base.entries.end() || t != target.entries.end()) {
+    if (t == target.entries.end() || (b != base.entries.end() && path_less(b->path, t->path))) {
+      delta.removed.push_back(b->path);
+      ++b;
+    } else if (b == base.entries.end() || path_less(t->path, b->path)) {
+      delta.changes.entries.push_back(*t);
+      ++t;
+    } else {
+      if (!(*b == *t)) delta.changes.entries.push_back(*t);
+      ++b;
+      ++t;
+    }
+  }
+  return delta;
+}
+
+Result<Manifest> apply_delta(const Manifest& base, const ManifestDelta& delta) {
+  Manifest out;
+  out.scan_started_ns = delta.changes.scan_started_ns;
+  out.entries.reserve(base.entries.size() + delta.changes.entries.size());
+  auto b = base.entries.begin();
+  auto c = delta.changes.entries.begin();
+  auto r = delta.removed.begin();
+  while (b != base.entries.end() || c != delta.changes.entries.end()) {
+    const bool take_base = c == delta.changes.entries.end() ||
+                           (b != base.entries.end() && path_less(b->path, c->path));
+    if (take_base) {
+      // A removed path the merge passes must be this base entry.
+      if (r != delta.removed.end() && path_less(*r, b->path)) {
+        return data_loss_at(*r, "removed, but not in the base");
+      }
+      if (r != delta.removed.end() && *r == b->path) {
+        ++r;
+      } else {
+        out.entries.push_back(*b);
+      }
+      ++b;
+      continue;
+    }
+    if (b != base.entries.end() && b->path == c->path) {
+      if (r != delta.removed.end() && *r == b->path) {
+        return data_loss_at(*r, "both removed and changed");
+      }
+      ++b;  // replaced
+    }
+    out.entries.push_back(*c);
+    ++c;
+  }
+  if (r != delta.removed.end()) return data_loss_at(*r, "removed, but not in the base");
+  if (Status s = validate_manifest(out); !s.ok()) {
+    return data_loss("manifest delta: the result is invalid: " + std::string(s.message()));
+  }
+  return out;
+}
+
 std::string seal_manifest(const StateKeys& keys, const Manifest& manifest,
                           std::string_view additional_data, crypto::Random& random) {
   std::string compressed = internal::zstd_compress(encode_manifest(manifest), kManifestZstdLevel);
   return crypto::seal(keys.manifest_seal_key().bytes(), compressed, additional_data, random);
 }
 
-Result<Manifest> open_manifest(const StateKeys& keys, std::string_view sealed,
-                               std::string_view additional_data) {
+std::string seal_manifest_delta(const StateKeys& keys, const ManifestDelta& delta,
+                                std::string_view additional_data, crypto::Random& random) {
+  std::string compressed =
+      internal::zstd_compress(encode_manifest_delta(delta), kManifestZstdLevel);
+  return crypto::seal(keys.manifest_seal_key().bytes(), compressed, additional_data, random);
+}
+
+Result<ManifestObject> open_manifest_object(const StateKeys& keys, std::string_view sealed,
+                                            std::string_view additional_data) {
   auto compressed = crypto::open(keys.manifest_seal_key().bytes(), sealed, additional_data);
   if (!compressed.ok()) {
     return data_loss("manifest " + std::string(additional_data) + ": does not authenticate (" +
@@ -262,7 +409,18 @@ Result<Manifest> open_manifest(const StateKeys& keys, std::string_view sealed,
   }
   ASSIGN_OR_RETURN(std::string plain,
                    internal::zstd_decompress(*compressed, kMaxManifestSize, "manifest"));
-  return decode_manifest(plain);
+  return decode_manifest_object(plain);
+}
+
+Result<Manifest> open_manifest(const StateKeys& keys, std::string_view sealed,
+                               std::string_view additional_data) {
+  ASSIGN_OR_RETURN(ManifestObject object, open_manifest_object(keys, sealed, additional_data));
+  if (object.delta.has_value()) {
+    return failed_precondition("manifest " + std::string(additional_data) +
+                               ": a delta of snapshot " + object.delta->base +
+                               ", not a whole manifest");
+  }
+  return std::move(object.whole);
 }
 
 std::vector<ChunkId> referenced_chunks(const Manifest& manifest) {

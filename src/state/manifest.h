@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,12 +86,47 @@ bool path_within(std::string_view path, std::string_view dir);
 // before encode_manifest().
 void sort_entries(Manifest& manifest);
 
+// A manifest kept as its difference to another snapshot's (README.md §Delta manifests,
+// product design §25.8): applied to the base snapshot's whole manifest it gives this one.
+struct ManifestDelta {
+  std::string base;                  // the snapshot id of the manifest it applies to
+  std::vector<std::string> removed;  // paths of the base that are gone, in path order
+  Manifest changes;  // entries new or different from the base's, and scan_started_ns
+  bool operator==(const ManifestDelta&) const = default;
+};
+
+// The delta that turns |base| (the whole manifest of snapshot |base_id|) into |target|.
+// REQUIRES: both valid (validate_manifest).
+ManifestDelta diff_manifests(const Manifest& base, std::string_view base_id,
+                             const Manifest& target);
+
+// |base| with |delta| applied.
+// Errors: kDataLoss naming the path if the delta does not fit the base (a removed path the
+//   base lacks) or the result breaks a rule of this header.
+Result<Manifest> apply_delta(const Manifest& base, const ManifestDelta& delta);
+
+// What a manifest object holds: a whole manifest or a delta.
+struct ManifestObject {
+  std::optional<ManifestDelta> delta;  // set for a delta; then |whole| is empty
+  Manifest whole;
+};
+
 // The binary form (README.md §Manifest), before compression and sealing.
 // REQUIRES: validate_manifest(manifest).ok().
 std::string encode_manifest(const Manifest& manifest);
 
-// Errors: kDataLoss naming the problem if |data| is not a valid encoding, or the manifest it
-//   encodes breaks a rule of this header (validate_manifest).
+// The binary form of a delta (README.md §Delta manifests).
+// REQUIRES: validate_manifest(delta.changes).ok(), removed sorted by path_less and unique,
+//   validate_snapshot_id(delta.base).ok().
+std::string encode_manifest_delta(const ManifestDelta& delta);
+
+// Errors: kDataLoss naming the problem if |data| is not a valid encoding of a whole manifest
+//   or a delta, or what it encodes breaks a rule of this header (validate_manifest).
+Result<ManifestObject> decode_manifest_object(std::string_view data);
+
+// As decode_manifest_object() for a whole manifest only.
+// Errors: those of decode_manifest_object(); kFailedPrecondition naming the base for a delta
+//   (its reader must resolve it: snapshot.h load_manifest()).
 Result<Manifest> decode_manifest(std::string_view data);
 
 // Errors: kInvalidArgument naming the entry that breaks a rule of this header: bad or
@@ -102,8 +138,17 @@ Status validate_manifest(const Manifest& manifest);
 std::string seal_manifest(const StateKeys& keys, const Manifest& manifest,
                           std::string_view additional_data, crypto::Random& random);
 
+// The sealed delta, under the same key and with the same additional data as a whole one.
+std::string seal_manifest_delta(const StateKeys& keys, const ManifestDelta& delta,
+                                std::string_view additional_data, crypto::Random& random);
+
 // Errors: kDataLoss "manifest: ..." if it does not authenticate under the key and
 //   |additional_data|, or does not decompress or decode.
+Result<ManifestObject> open_manifest_object(const StateKeys& keys, std::string_view sealed,
+                                            std::string_view additional_data);
+
+// As open_manifest_object() for a whole manifest only.
+// Errors: those of open_manifest_object(); kFailedPrecondition naming the base for a delta.
 Result<Manifest> open_manifest(const StateKeys& keys, std::string_view sealed,
                                std::string_view additional_data);
 

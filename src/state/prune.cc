@@ -1,6 +1,7 @@
 #include "state/prune.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -14,6 +15,63 @@ constexpr std::string_view kManifestSuffix = ".manifest";
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Rebases, newest first, every kept delta whose base is not kept (or whose chain would grow
+// past kMaxDeltaChain) onto the next newer kept snapshot, or makes it whole. Newest first, so
+// each new base is already independent of what step 3 deletes; every put keeps the content,
+// so a crash here changes nothing a reader sees. Updates the hints in |kept| and returns
+// whether any changed.
+Result<bool> compact_kept(Store& store, const StateKeys& keys, const BoxLocation& location,
+                          Timeline& kept, const std::set<std::string, std::less<>>& named,
+                          bool dry_run, crypto::Random& random, PruneResult& result) {
+  ManifestReader reader(store, keys, location);
+  std::map<std::string, size_t, std::less<>> chain;  // kept id -> deltas to a whole manifest
+  bool changed = false;
+  const TimelineEntry* next = nullptr;  // the next newer kept snapshot
+  for (size_t i = kept.entries.size(); i-- > 0; next = &kept.entries[i]) {
+    TimelineEntry& e = kept.entries[i];
+    if (e.manifest_base.empty()) {  // whole, by the hint's rule
+      chain[e.snapshot_id] = 0;
+      continue;
+    }
+    ASSIGN_OR_RETURN(ManifestObject object, reader.load_object(e.snapshot_id));
+    if (!object.delta.has_value()) {  // made whole since: fix the hint
+      e.manifest_base.clear();
+      changed = true;
+      chain[e.snapshot_id] = 0;
+      continue;
+    }
+    auto base = chain.find(object.delta->base);
+    if (named.count(object.delta->base) != 0 && base != chain.end() &&
+        base->second + 1 <= kMaxDeltaChain) {
+      chain[e.snapshot_id] = base->second + 1;
+      if (e.manifest_base != object.delta->base) {
+        e.manifest_base = object.delta->base;
+        changed = true;
+      }
+      continue;
+    }
+    // Rebase: resolve it (its chain is intact until step 3) and store it anew.
+    ++result.compacted;
+    changed = true;
+    const bool as_delta = next != nullptr && chain.at(next->snapshot_id) + 1 <= kMaxDeltaChain;
+    e.manifest_base = as_delta ? next->snapshot_id : "";
+    chain[e.snapshot_id] = as_delta ? chain.at(next->snapshot_id) + 1 : 0;
+    if (dry_run) continue;
+    ASSIGN_OR_RETURN(Manifest whole, reader.load(e.snapshot_id));
+    const std::string ad = manifest_additional_data(location, e.snapshot_id);
+    std::string sealed;
+    if (as_delta) {
+      ASSIGN_OR_RETURN(Manifest next_whole, reader.load(next->snapshot_id));
+      sealed = seal_manifest_delta(keys, diff_manifests(next_whole, next->snapshot_id, whole), ad,
+                                   random);
+    } else {
+      sealed = seal_manifest(keys, whole, ad, random);
+    }
+    RETURN_IF_ERROR(store.put(manifest_key(location, e.snapshot_id), sealed));
+  }
+  return changed;
 }
 
 }  // namespace
@@ -62,8 +120,12 @@ Result<PruneResult> prune_box(Store& store, const StateKeys& keys, const BoxLoca
   }
   if (!result.head.empty()) named.insert(result.head);
 
+  // 1b. Compaction (§25.8): no kept manifest may be a delta of one step 3 deletes.
+  ASSIGN_OR_RETURN(bool hints_changed, compact_kept(store, keys, location, kept, named,
+                                                    options.dry_run, random, result));
+
   // 2. The timeline without the dropped snapshots: the commit point.
-  if (kept.entries.size() != timeline.entries.size()) {
+  if (kept.entries.size() != timeline.entries.size() || hints_changed) {
     if (!options.dry_run) RETURN_IF_ERROR(store_timeline(store, keys, location, kept, random));
     result.timeline_rewritten = true;
   }

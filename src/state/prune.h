@@ -44,6 +44,7 @@ struct PruneResult {
   std::string head;    // the head's snapshot id ("" for a box never saved)
   RetentionPlan plan;  // one decision per timeline entry
   bool timeline_rewritten = false;
+  size_t compacted = 0;              // kept delta manifests rebased or made whole (step 1b)
   std::vector<std::string> deleted;  // keys deleted (records, then manifests), in order
   uint64_t deleted_bytes = 0;        // their sizes from the listing
 };

@@ -131,7 +131,7 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
   stats.skipped = scan.stats.skipped;
 
   ASSIGN_OR_RETURN(
-      record, commit_snapshot(store, keys, location, scan.manifest, std::move(record), random));
+      record, commit_snapshot(store, keys, location, scan.manifest, std::move(record), random, parent));
   SaveResult result;
   result.record = std::move(record);
   result.manifest = std::move(scan.manifest);

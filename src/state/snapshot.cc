@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <time.h>
@@ -105,6 +106,7 @@ Json timeline_json(const Timeline& t) {
                         {"pinned", e.pinned},
                         {"quiesced", e.quiesced},
                         {"stats", stats_json(e.stats)}});
+    if (!e.manifest_base.empty()) list.back()["base"] = e.manifest_base;
   }
   return Json{{"v", kMetadataVersion}, {"snapshots", std::move(list)}};
 }
@@ -118,6 +120,7 @@ Timeline timeline_from(const Json& j) {
     entry.pinned = e.value("pinned", false);
     entry.quiesced = e.value("quiesced", false);
     entry.stats = stats_from(e.value("stats", Json::object()));
+    entry.manifest_base = e.value("base", "");
     t.entries.push_back(std::move(entry));
   }
   return t;
@@ -177,7 +180,8 @@ const TimelineEntry* Timeline::find(std::string_view snapshot_id) const {
 }
 
 Result<Record> commit_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,
-                               const Manifest& manifest, Record record, crypto::Random& random) {
+                               const Manifest& manifest, Record record, crypto::Random& random,
+                               const Manifest* parent_manifest) {
   RETURN_IF_ERROR(validate_location(location));
   RETURN_IF_ERROR(validate_snapshot_id(record.snapshot_id));
   if (record.box != location.box) return invalid_argument("record: box differs from the location");
@@ -206,14 +210,42 @@ Result<Record> commit_snapshot(Store& store, const StateKeys& keys, const BoxLoc
   RETURN_IF_ERROR(put_sealed_json(store, keys, record_key(location, record.snapshot_id), rec,
                                   record_ad(location, record.snapshot_id), random));
 
-  timeline.entries.push_back(
-      TimelineEntry{record.snapshot_id, record.saved_at_ms, false, record.quiesced, record.stats});
+  // Step 6 (after the commit) makes the parent's manifest a delta of this one, when its run
+  // of deltas stays within kMaxDeltaChain; the timeline says so first (a hint may name a base
+  // the object does not have yet, never the reverse: README.md §Delta manifests).
+  bool parent_to_delta = false;
+  if (parent_manifest != nullptr && !record.parent.empty()) {
+    for (size_t i = timeline.entries.size(); i-- > 0;) {
+      if (timeline.entries[i].snapshot_id != record.parent) continue;
+      size_t run = 0;  // deltas right before the parent, whose chains will pass through it
+      while (run < i && !timeline.entries[i - run - 1].manifest_base.empty()) ++run;
+      if (timeline.entries[i].manifest_base.empty() && run + 1 <= kMaxDeltaChain) {
+        timeline.entries[i].manifest_base = record.snapshot_id;
+        parent_to_delta = true;
+      }
+      break;
+    }
+  }
+  TimelineEntry entry;
+  entry.snapshot_id = record.snapshot_id;
+  entry.saved_at_ms = record.saved_at_ms;
+  entry.quiesced = record.quiesced;
+  entry.stats = record.stats;
+  timeline.entries.push_back(std::move(entry));
   RETURN_IF_ERROR(store_timeline(store, keys, location, timeline, random));
 
   Json head{
       {"v", kMetadataVersion}, {"id", record.snapshot_id}, {"saved_at_ms", record.saved_at_ms}};
   RETURN_IF_ERROR(
       put_sealed_json(store, keys, head_key(location), head, head_ad(location), random));
+
+  if (parent_to_delta) {
+    // Best effort: on failure the parent stays whole, which costs only space.
+    ManifestDelta delta = diff_manifests(manifest, record.snapshot_id, *parent_manifest);
+    (void)store.put(manifest_key(location, record.parent),
+                    seal_manifest_delta(keys, delta,
+                                        manifest_additional_data(location, record.parent), random));
+  }
   return record;
 }
 
@@ -267,15 +299,80 @@ Result<Record> load_record(Store& store, const StateKeys& keys, const BoxLocatio
 
 Result<Manifest> load_manifest(Store& store, const StateKeys& keys, const BoxLocation& location,
                                std::string_view snapshot_id) {
-  RETURN_IF_ERROR(validate_location(location));
+  ManifestReader reader(store, keys, location);
+  return reader.load(snapshot_id);
+}
+
+Result<ManifestObject> ManifestReader::load_object(std::string_view snapshot_id) {
+  RETURN_IF_ERROR(validate_location(location_));
   RETURN_IF_ERROR(validate_snapshot_id(snapshot_id));
-  const std::string key = manifest_key(location, snapshot_id);
-  auto sealed = store.get(key);
+  const std::string key = manifest_key(location_, snapshot_id);
+  auto sealed = store_.get(key);
   if (!sealed.ok()) {
     if (sealed.status().code() == Code::kNotFound) return data_loss(key + ": missing");
     return sealed.status();
   }
-  return open_manifest(keys, *sealed, manifest_additional_data(location, snapshot_id));
+  return open_manifest_object(keys_, *sealed, manifest_additional_data(location_, snapshot_id));
+}
+
+Result<Manifest> ManifestReader::load(std::string_view snapshot_id) {
+  constexpr size_t kMaxWalk = 64;  // past kMaxDeltaChain, for chains prune has not shortened
+  std::vector<std::pair<std::string, ManifestDelta>> chain;  // snapshot_id first
+  std::string id(snapshot_id);
+  Manifest whole;
+  while (true) {
+    auto cached =
+        std::find_if(recent_.begin(), recent_.end(), [&](const auto& r) { return r.first == id; });
+    if (cached != recent_.end()) {
+      whole = cached->second;
+      break;
+    }
+    if (chain.size() > kMaxWalk) {
+      return data_loss("manifest of snapshot " + std::string(snapshot_id) +
+                       ": a delta chain longer than " + std::to_string(kMaxWalk));
+    }
+    auto object = load_object(id);
+    if (!object.ok()) {
+      if (chain.empty()) return object.status();
+      return object.status().with_prefix("manifest of snapshot " + std::string(snapshot_id) +
+                                         ": base " + id);
+    }
+    if (!object->delta.has_value()) {
+      whole = std::move(object->whole);
+      break;
+    }
+    std::string base = object->delta->base;
+    if (!validate_snapshot_id(base).ok() || base == id) {
+      return data_loss("manifest of snapshot " + id + ": a delta of an invalid base");
+    }
+    chain.emplace_back(id, std::move(*object->delta));
+    id = std::move(base);
+  }
+  // Apply from the whole base back to |snapshot_id|.
+  for (size_t i = chain.size(); i-- > 0;) {
+    auto next = apply_delta(whole, chain[i].second);
+    if (!next.ok()) return next.status().with_prefix("manifest of snapshot " + chain[i].first);
+    whole = std::move(*next);
+  }
+  recent_.erase(std::remove_if(recent_.begin(), recent_.end(),
+                               [&](const auto& r) { return r.first == snapshot_id; }),
+                recent_.end());
+  if (recent_.size() >= 2) recent_.erase(recent_.begin());
+  recent_.emplace_back(std::string(snapshot_id), whole);
+  return whole;
+}
+
+Result<Manifest> materialize_manifest(Store& store, const StateKeys& keys,
+                                      const BoxLocation& location, std::string_view snapshot_id,
+                                      crypto::Random& random) {
+  ManifestReader reader(store, keys, location);
+  ASSIGN_OR_RETURN(ManifestObject object, reader.load_object(snapshot_id));
+  if (!object.delta.has_value()) return std::move(object.whole);
+  ASSIGN_OR_RETURN(Manifest whole, reader.load(snapshot_id));
+  RETURN_IF_ERROR(store.put(
+      manifest_key(location, snapshot_id),
+      seal_manifest(keys, whole, manifest_additional_data(location, snapshot_id), random)));
+  return whole;
 }
 
 }  // namespace cb::state

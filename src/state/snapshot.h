@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cb::state {
@@ -97,6 +98,10 @@ struct TimelineEntry {
   bool pinned = false;
   bool quiesced = false;
   SnapshotStats stats;
+  // The snapshot this one's manifest object may be a delta of (README.md §Delta manifests),
+  // or "" when it is whole. A hint for prune: "" always means whole; a base may be stale (the
+  // object was made whole since), never the other way round.
+  std::string manifest_base;
 
   bool operator==(const TimelineEntry&) const = default;
 };
@@ -115,15 +120,26 @@ struct Head {
   bool operator==(const Head&) const = default;
 };
 
+// A delta chain (README.md §Delta manifests) is at most this many deltas long: restoring the
+// oldest snapshot of a run reads this many small objects and one whole manifest.
+inline constexpr size_t kMaxDeltaChain = 16;
+
 // Commits the snapshot |record| describes (steps 2-5 above) and returns the record as
-// written (manifest and manifest_bytes filled in). The record's snapshot_id, box and saved_at_ms
-// must be set; box must equal location.box. Errors: kInvalidArgument for a bad location, id or box;
-// kDataLoss if the current timeline
+// written (manifest and manifest_bytes filled in). The record's snapshot_id, box and
+// saved_at_ms must be set; box must equal location.box.
+//
+// With |parent_manifest| (the whole manifest of record.parent, the previous head), a step 6
+// follows the commit: the parent's manifest object is rewritten as a delta of this one
+// (product design §25.8), unless that would make a chain longer than kMaxDeltaChain. The
+// step is space, not safety: if it fails the parent stays whole and the commit stands.
+//
+// Errors: kInvalidArgument for a bad location, id or box; kDataLoss if the current timeline
 //   does not open; store errors. On error the head is unchanged unless the error came from
 //   the head's own put (then it is either unchanged or committed, as the store's put is
 //   atomic).
 Result<Record> commit_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,
-                               const Manifest& manifest, Record record, crypto::Random& random);
+                               const Manifest& manifest, Record record, crypto::Random& random,
+                               const Manifest* parent_manifest = nullptr);
 
 // The head, or nullopt if the box was never saved.
 // Errors: kDataLoss if it does not open; store errors.
@@ -145,6 +161,38 @@ Result<Record> load_record(Store& store, const StateKeys& keys, const BoxLocatio
                            std::string_view snapshot_id);
 Result<Manifest> load_manifest(Store& store, const StateKeys& keys, const BoxLocation& location,
                                std::string_view snapshot_id);
+
+// Reads whole manifests of one box's snapshots, resolving delta chains (README.md §Delta
+// manifests). It remembers the last two manifests it resolved, so reading a timeline newest
+// first reads each object once. Not thread-safe; the store must outlive it.
+class ManifestReader {
+ public:
+  ManifestReader(Store& store, const StateKeys& keys, BoxLocation location)
+      : store_(store), keys_(keys), location_(std::move(location)) {}
+
+  // The whole manifest of |snapshot_id|.
+  // Errors: those of load_manifest(), and kDataLoss naming the snapshot if a chain names a
+  //   missing or invalid base, does not fit its base, or is longer than 64.
+  Result<Manifest> load(std::string_view snapshot_id);
+
+  // The object as stored: whole, or a delta (without resolving it).
+  // Errors: as load_manifest().
+  Result<ManifestObject> load_object(std::string_view snapshot_id);
+
+ private:
+  Store& store_;
+  const StateKeys& keys_;
+  BoxLocation location_;
+  std::vector<std::pair<std::string, Manifest>> recent_;  // newest last, at most 2
+};
+
+// Makes the manifest object of |snapshot_id| whole again if it is a delta (the same key,
+// sealed the same way) and returns it. A restore through presigned URLs needs this: the agent
+// reads one object. Content never changes, so readers of the old object are unaffected.
+// Errors: those of ManifestReader::load(); store errors of the put.
+Result<Manifest> materialize_manifest(Store& store, const StateKeys& keys,
+                                      const BoxLocation& location, std::string_view snapshot_id,
+                                      crypto::Random& random);
 
 // The additional data each object is sealed with (README.md §Metadata objects).
 std::string manifest_additional_data(const BoxLocation& location, std::string_view snapshot_id);

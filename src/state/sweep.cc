@@ -24,13 +24,18 @@ Result<size_t> mark_boxes(Store& store, const StateKeys& keys, SweepMark& mark, 
     BoxLocation location{mark.user, box};
     ASSIGN_OR_RETURN(std::optional<Head> head, load_head(store, keys, location));
     ASSIGN_OR_RETURN(Timeline timeline, load_timeline(store, keys, location));
+    // Newest first: deltas are of newer snapshots (README.md §Delta manifests), so the
+    // reader resolves each from the one before and reads every object once.
     std::vector<std::string> ids;
-    for (const TimelineEntry& e : timeline.entries) ids.push_back(e.snapshot_id);
     if (head.has_value()) ids.push_back(head->snapshot_id);
+    for (auto e = timeline.entries.rbegin(); e != timeline.entries.rend(); ++e) {
+      ids.push_back(e->snapshot_id);
+    }
     std::set<std::string>& done = mark.snapshots[box];
+    ManifestReader reader(store, keys, location);
     for (const std::string& id : ids) {
       if (done.count(id) != 0) continue;
-      ASSIGN_OR_RETURN(Manifest manifest, load_manifest(store, keys, location, id));
+      ASSIGN_OR_RETURN(Manifest manifest, reader.load(id));
       for (const ChunkId& c : referenced_chunks(manifest)) mark.chunks.insert(c);
       done.insert(id);
       ++added;

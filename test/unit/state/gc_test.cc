@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -205,9 +206,12 @@ struct History {
       auto saved_pictures = pictures;
       REQUIRE(!save(counting, box2, last_ms - kHourMs, 999).empty());
       pictures = saved_pictures;
-      puts_before_timeline = counting.puts() - 1;  // the timeline is the next-to-last put
+      const auto& keys = counting.put_keys();
+      puts_before_timeline =
+          int(std::find(keys.begin(), keys.end(), timeline_key(box2)) - keys.begin());
+      REQUIRE(puts_before_timeline < counting.puts());
     }
-    faulty.fail_put(puts_before_timeline, test_util::FaultyStore::Mode::kBefore);
+    faulty.fail_put(puts_before_timeline + 1, test_util::FaultyStore::Mode::kBefore);
     REQUIRE(save(faulty, box2, last_ms - kHourMs, 999).empty());
   }
 
@@ -301,6 +305,24 @@ TEST_CASE("prune: keeps exactly the rule's set and deletes the rest in order", "
       std::vector<std::string> ids;
       for (const auto& e : t->entries) ids.push_back(e.snapshot_id);
       CHECK(ids == want_kept[b->box]);
+      // §25.8: no kept manifest is a delta of a dropped one; chains stay bounded; every hint
+      // that says "whole" is true.
+      ManifestReader reader(*h.store, h.keys, *b);
+      std::set<std::string> kept_ids(ids.begin(), ids.end());
+      size_t run = 0;
+      for (size_t i = t->entries.size(); i-- > 0;) {
+        auto object = reader.load_object(t->entries[i].snapshot_id);
+        REQUIRE(object.ok());
+        if (object->delta.has_value()) {
+          CHECK(kept_ids.count(object->delta->base) == 1);
+          CHECK(t->entries[i].manifest_base == object->delta->base);
+        } else {
+          CHECK(t->entries[i].manifest_base.empty());
+        }
+        run = object->delta.has_value() ? run + 1 : 0;
+        CHECK(run <= kMaxDeltaChain);
+      }
+      if (b == &h.box1) CHECK(r->compacted > 0);
       // Records all come before manifests in the delete order.
       bool seen_manifest = false;
       for (const auto& k : r->deleted) {

@@ -214,5 +214,107 @@ TEST_CASE("manifest: find, referenced_chunks, select_entries and list_directory"
   CHECK(list_directory(m, "home/nobody").status().code() == Code::kNotFound);
 }
 
+// §25.8: a manifest kept as its difference to another. The diff of any two valid manifests,
+// applied to the first, gives the second; encoded and decoded it is the same delta.
+TEST_CASE("manifest delta: diff, encode, decode and apply give the target back", "[state][unit]") {
+  StateKeys keys = test_keys();
+  const Manifest base = sample(keys);
+  Manifest target = base;
+  target.scan_started_ns += 1000;
+  target.entries[1] = file("home/user/a.txt", keys, {"hello, again"});  // changed content
+  target.entries[5].mtime_ns += 1;                                      // changed stat only
+  target.entries.erase(target.entries.begin() + 4);                     // removed
+  target.entries.push_back(file("workspace/new", keys, {"n1", "n2"}));  // added
+  REQUIRE(validate_manifest(target).ok());
+
+  ManifestDelta delta = diff_manifests(base, "20261130T150000.000Z-0a0b0c0d", target);
+  CHECK(delta.base == "20261130T150000.000Z-0a0b0c0d");
+  CHECK(delta.removed == std::vector<std::string>{"home/user/d/empty"});
+  std::vector<std::string> changed;
+  for (const Entry& e : delta.changes.entries) changed.push_back(e.path);
+  CHECK(changed ==
+        std::vector<std::string>{"home/user/a.txt", "home/user/d/link", "workspace/new"});
+
+  auto decoded = decode_manifest_object(encode_manifest_delta(delta));
+  REQUIRE(decoded.ok());
+  REQUIRE(decoded->delta.has_value());
+  CHECK(*decoded->delta == delta);
+  auto applied = apply_delta(base, *decoded->delta);
+  REQUIRE(applied.ok());
+  CHECK(*applied == target);
+
+  SECTION("a directory replaced by a file, its subtree gone") {
+    Manifest t2 = base;
+    t2.entries.erase(t2.entries.begin() + 2, t2.entries.begin() + 6);  // d and below
+    t2.entries.insert(t2.entries.begin() + 2, file("home/user/d", keys, {"now a file"}));
+    REQUIRE(validate_manifest(t2).ok());
+    ManifestDelta d2 = diff_manifests(base, "s1", t2);
+    CHECK(d2.removed.size() == 3);
+    auto a2 = apply_delta(base, d2);
+    REQUIRE(a2.ok());
+    CHECK(*a2 == t2);
+  }
+  SECTION("no change is an empty delta") {
+    ManifestDelta none = diff_manifests(base, "s1", base);
+    CHECK(none.removed.empty());
+    CHECK(none.changes.entries.empty());
+    CHECK(*apply_delta(base, none) == base);
+  }
+  SECTION("a whole-manifest reader refuses a delta, naming its base") {
+    auto whole = decode_manifest(encode_manifest_delta(delta));
+    CHECK(whole.status().code() == Code::kFailedPrecondition);
+    CHECK(whole.status().message().find("20261130T150000.000Z-0a0b0c0d") != std::string::npos);
+    std::string sealed =
+        seal_manifest_delta(keys, delta, "manifest/box1/s2", crypto::system_random());
+    CHECK(open_manifest(keys, sealed, "manifest/box1/s2").status().code() ==
+          Code::kFailedPrecondition);
+    auto object = open_manifest_object(keys, sealed, "manifest/box1/s2");
+    REQUIRE(object.ok());
+    CHECK(object->delta == delta);
+    CHECK(open_manifest_object(keys, sealed, "manifest/box1/s3").status().code() ==
+          Code::kDataLoss);
+  }
+}
+
+TEST_CASE("manifest delta: a delta that does not fit its base is kDataLoss naming the path",
+          "[state][unit]") {
+  StateKeys keys = test_keys();
+  const Manifest base = sample(keys);
+  ManifestDelta d;
+  d.base = "s1";
+  SECTION("a removed path the base lacks") {
+    d.removed = {"home/user/nope"};
+    auto r = apply_delta(base, d);
+    CHECK(r.status().code() == Code::kDataLoss);
+    CHECK(r.status().message().find("home/user/nope") != std::string::npos);
+  }
+  SECTION("a path both removed and changed") {
+    d.removed = {"home/user/a.txt"};
+    d.changes.entries = {file("home/user/a.txt", keys, {"x"})};
+    CHECK(apply_delta(base, d).status().code() == Code::kDataLoss);
+  }
+  SECTION("a result with an entry below a file") {
+    d.changes.entries = {file("home/user/a.txt/inner", keys, {"x"})};
+    CHECK(apply_delta(base, d).status().code() == Code::kDataLoss);
+  }
+}
+
+TEST_CASE("manifest delta: every truncation and stray byte is kDataLoss, never a crash",
+          "[state][unit]") {
+  StateKeys keys = test_keys();
+  Manifest target = sample(keys);
+  target.entries.erase(target.entries.begin() + 1);
+  target.entries.push_back(file("workspace/z", keys, {"z"}));
+  const std::string bytes = encode_manifest_delta(diff_manifests(sample(keys), "s1", target));
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    INFO("truncated to " << n);
+    CHECK(decode_manifest_object(bytes.substr(0, n)).status().code() == Code::kDataLoss);
+  }
+  CHECK(decode_manifest_object(bytes + "x").status().code() == Code::kDataLoss);
+  std::string unknown_flags = bytes;
+  unknown_flags[4] = 3;
+  CHECK(decode_manifest_object(unknown_flags).status().code() == Code::kDataLoss);
+}
+
 }  // namespace
 }  // namespace cb::state
