@@ -7,10 +7,12 @@
 #include "roles/api/boxes.h"
 #include "roles/api/boxes_service.h"
 #include "roles/api/control_tools.h"
+#include "roles/api/data_dir_lock.h"
 #include "roles/api/edge.h"
 #include "roles/api/keys.h"
 #include "roles/api/machines/local.h"
 #include "roles/api/model_door.h"
+#include "roles/api/state_gc.h"
 #include "roles/api/state_manager.h"
 #include "roles/api/store/admin.h"
 #include "roles/api/store/store.h"
@@ -44,6 +46,10 @@ struct Config {
   std::string gateway_key_file;  // its key; never on the command line itself
   std::string state_dir;         // the filesystem store (default <data-dir>/state)
   std::string autosave = "6h";   // save each running box this often (0 = never)
+  // The state GC pass (state_gc.h): the retention rule, how often (0 = never), delete batch.
+  std::string state_keep = "hourly=24h,daily=30d,weekly=26w";
+  std::string state_gc_interval = "24h";
+  int state_gc_batch = 1000;
 };
 
 fs::path default_data_dir() {
@@ -71,6 +77,21 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view v, std::string
   if (unit == "m") return duration_cast<milliseconds>(minutes(n));
   if (unit == "h") return duration_cast<milliseconds>(hours(n));
   return invalid_argument(fmt::format("{} {:?}: unknown unit (ms, s, m, h)", flag, v));
+}
+
+// The GC pass's options from --state-keep and --state-gc-batch. Errors name the flag.
+Result<GcOptions> gc_options(const Config& cfg) {
+  GcOptions gc;
+  auto rule = state::parse_retention_rule(cfg.state_keep);
+  if (!rule.ok())
+    return invalid_argument(
+        fmt::format("--state-keep {:?}: {}", cfg.state_keep, rule.status().message()));
+  gc.rule = std::move(*rule);
+  if (cfg.state_gc_batch < 1 || cfg.state_gc_batch > static_cast<int>(state::kMaxDeleteBatch))
+    return invalid_argument(
+        fmt::format("--state-gc-batch {}: want 1..{}", cfg.state_gc_batch, state::kMaxDeleteBatch));
+  gc.delete_batch = static_cast<size_t>(cfg.state_gc_batch);
+  return gc;
 }
 
 Result<std::pair<std::string, uint16_t>> parse_listen(std::string_view v) {
@@ -124,6 +145,13 @@ int serve(const Config& cfg) {
     std::cerr << "cocoonbox api: " << autosave.status().message() << "\n";
     return 2;
   }
+  auto gc = gc_options(cfg);
+  auto gc_interval = parse_duration(cfg.state_gc_interval, "--state-gc-interval");
+  if (!gc.ok() || !gc_interval.ok()) {
+    std::cerr << "cocoonbox api: " << (gc.ok() ? gc_interval.status() : gc.status()).message()
+              << "\n";
+    return 2;
+  }
   if (cfg.backend != "local") {
     std::cerr << "cocoonbox api: --backend " << cfg.backend
               << ": only \"local\" is built into this binary\n";
@@ -140,6 +168,12 @@ int serve(const Config& cfg) {
     return 1;
   }
   ::chmod(data_dir.c_str(), 0700);
+  // One api per data dir, and no `state prune` beside it (data_dir_lock.h).
+  auto data_dir_lock = DataDirLock::acquire(data_dir);
+  if (!data_dir_lock.ok()) {
+    std::cerr << "cocoonbox api: " << data_dir_lock.status().message() << "\n";
+    return 1;
+  }
 
   asio::io_context io;
   http::ServerOptions server_options;
@@ -241,6 +275,8 @@ int serve(const Config& cfg) {
                              state_options);
   state_routes_to = &state_manager;
   saves_to = &state_manager;
+  StateGc state_gc(io.get_executor(), **store, *master, state_manager.locks(),
+                   state_manager.store(), std::move(*gc), *gc_interval);
   TokenIndex tokens(**store);
   BoxesService boxes_service(manager, tokens, **store, &state_manager);
   Edge edge(manager, tokens);
@@ -332,6 +368,7 @@ int serve(const Config& cfg) {
         asio::co_spawn(io, door.follow(manager, data_dir / "boxes"), asio::detached);
         manager.start_idle_loop();
         state_manager.start_autosave_loop();
+        state_gc.start();
         server.start();
         log::info("listening", {{"endpoint", endpoint},
                                 {"data_dir", data_dir.string()},
@@ -360,6 +397,7 @@ int serve(const Config& cfg) {
         [&]() -> asio::awaitable<void> {
           manager.stop();
           state_manager.stop();
+          state_gc.stop();
           control_mcp.close_all();
           co_await server.shutdown(net::after(std::chrono::seconds(5)));
           io.stop();
@@ -398,8 +436,20 @@ int run(std::span<char* const> args) {
   app.add_option("--autosave", cfg.autosave,
                  "save each running box this often, e.g. 6h (0 = never)")
       ->capture_default_str();
+  app.add_option("--state-keep", cfg.state_keep,
+                 "retention of saves: hourly=24h,daily=30d,weekly=26w[,all=D] (D: n and s m h d w)")
+      ->capture_default_str();
+  app.add_option("--state-gc-interval", cfg.state_gc_interval,
+                 "run the GC pass (retention, then the chunk sweep) at start and this often "
+                 "(0 = never)")
+      ->capture_default_str();
+  app.add_option("--state-gc-batch", cfg.state_gc_batch,
+                 "chunks per delete call of the sweep (1..1000)")
+      ->capture_default_str();
   AdminOptions admin;
   add_admin_commands(app, admin);
+  StateCommandOptions state_cmd;
+  add_state_commands(app, state_cmd);
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
@@ -409,6 +459,22 @@ int run(std::span<char* const> args) {
     admin.data_dir = cfg.data_dir.empty() ? default_data_dir() : fs::path(cfg.data_dir);
     admin.load_master_key = [](const fs::path& dir) { return load_or_create_master_key(dir); };
     return run_admin_command(admin);
+  }
+  if (state_cmd.requested) {
+    state_cmd.data_dir = cfg.data_dir.empty() ? default_data_dir() : fs::path(cfg.data_dir);
+    auto gc_opts = gc_options(cfg);
+    if (!gc_opts.ok()) {
+      std::cerr << "cocoonbox api state prune: " << gc_opts.status().message() << "\n";
+      return 2;
+    }
+    state_cmd.gc = std::move(*gc_opts);
+    // The store the server would open (serve() above).
+    state_cmd.open_store = [&cfg, &state_cmd]() -> Result<std::unique_ptr<state::Store>> {
+      fs::path dir = cfg.state_dir.empty() ? state_cmd.data_dir / "state" : fs::path(cfg.state_dir);
+      ASSIGN_OR_RETURN(auto fs_store, state::FsStore::open(dir));
+      return std::unique_ptr<state::Store>(std::move(fs_store));
+    };
+    return run_state_command(state_cmd, std::cout, std::cerr);
   }
   try {
     return serve(cfg);
