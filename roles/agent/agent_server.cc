@@ -104,6 +104,16 @@ mcp::HttpServerOptions mcp_http_options(IdentityStore& identity) {
   return o;
 }
 
+// State's config: the roots and the door, and this agent's database and turns for quiesced
+// saves (state_service.h).
+StateConfig state_config_for(const AgentConfig& config, AgentsService& agents) {
+  StateConfig c = config.state ? *config.state : default_state_config(config.exec.workspace);
+  c.agent_db = (config.data_dir / kAgentDbFile).string();
+  c.agent_copy_dir = (config.data_dir / "state").string();
+  c.wait_for_turns = [&agents](net::Deadline deadline) { return agents.wait_for_turns(deadline); };
+  return c;
+}
+
 }  // namespace
 
 Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Worker> db,
@@ -121,7 +131,7 @@ Agent::Agent(net::Executor executor, AgentConfig config, std::unique_ptr<db::Wor
       mcp_http_(mcp_server_, executor_, mcp_http_options(identity_)),
       browser_tools_(executor_, browser_config_for(config_.exec)),
       agents_(executor_, *db_, box_tools_, config_.agents, *config_.clock, *config_.random),
-      state_(default_state_config(config_.exec.workspace)) {
+      state_(state_config_for(config_, agents_)) {
   agents_.add_tool_set(browser_tools_);
   grpc_server_.add_service(session_);
   grpc_server_.add_service(agents_);

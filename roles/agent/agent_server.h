@@ -49,6 +49,9 @@ struct AgentConfig {
   crypto::Random* random = &crypto::system_random();  // the box key, on first start
   ExecConfig exec;      // Session.Exec: desktop user, default cwd, kill grace
   AgentsConfig agents;  // Agents: the models and the loop's limits
+  // State: the roots and the door; unset: default_state_config(exec.workspace). agent_db,
+  // agent_copy_dir (<data_dir>/state) and wait_for_turns are always this agent's own.
+  std::optional<StateConfig> state;
 };
 
 class Agent {

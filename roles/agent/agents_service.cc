@@ -380,6 +380,22 @@ asio::awaitable<void> AgentsService::stop() {
   for (Subscriber* s : subscribers_) s->wake.cancel();
 }
 
+asio::awaitable<bool> AgentsService::wait_for_turns(net::Deadline deadline) {
+  using namespace asio::experimental::awaitable_operators;
+  for (;;) {
+    std::shared_ptr<Running> turn;
+    for (auto& [agent, r] : running_) {
+      if (!r->done) turn = r;
+    }
+    if (!turn) co_return true;
+    if (std::chrono::steady_clock::now() >= deadline) co_return false;
+    // |ended| is cancelled when the turn ends; the limit timer bounds the wait.
+    net::Timer limit(executor_);
+    limit.expires_at(deadline);
+    co_await (turn->ended.async_wait() || limit.async_wait());
+  }
+}
+
 asio::awaitable<Result<pb::Agent>> AgentsService::Create(grpc::CallContext&,
                                                          pb::CreateAgentRequest&& req) {
   std::string id = new_id("ag_");

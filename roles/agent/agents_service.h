@@ -92,6 +92,9 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   asio::awaitable<Status> start();
   // Cancels every running turn (they end as failed, "agent stopped") and waits for them.
   asio::awaitable<void> stop();
+  // For a quiesced save (state_service.h): waits until no turn is running. True when none
+  // runs, false when one still does at |deadline|. Turns are not held back meanwhile.
+  asio::awaitable<bool> wait_for_turns(net::Deadline deadline);
 
   asio::awaitable<Result<cocoonbox::agent::v1::Agent>> Create(
       grpc::CallContext& ctx, cocoonbox::agent::v1::CreateAgentRequest&& req) override;

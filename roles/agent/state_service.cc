@@ -4,13 +4,16 @@
 #include "crypto/bytes.h"
 #include "crypto/keys.h"
 #include "crypto/random.h"
+#include "db/database.h"
 #include "http/http1_client.h"
+#include "net/tls.h"
 #include "state/chunk.h"
 #include "state/manifest.h"
 #include "state/restore.h"
 #include "state/scanner.h"
 #include "state/snapshot.h"
 
+#include <asio/ssl/context.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +49,9 @@ constexpr size_t kIdsPerRequest = 2048;
 constexpr size_t kPendingBytes = 32u << 20;
 constexpr size_t kManifestPart = 1u << 20;
 constexpr auto kRequestTimeout = std::chrono::minutes(2);
+// The manifest root of agent.db's copy (quiesced saves): "agent/agent.db".
+constexpr std::string_view kAgentRoot = "agent";
+constexpr std::string_view kAgentCopy = "agent.db";
 
 // Counters a job's thread updates and the handler reports.
 struct Progress {
@@ -83,15 +89,59 @@ Status http_status(int status, std::string_view what, std::string_view body) {
   }
 }
 
+}  // namespace
+
+Result<ObjectUrl> parse_object_url(std::string_view url) {
+  ObjectUrl out;
+  std::string_view rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    out.tls = true;
+    rest = url.substr(8);
+  } else {
+    return invalid_argument("unsupported URL scheme (want http:// or https://)");
+  }
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  out.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+  if (authority.empty() || authority.find('@') != std::string_view::npos)
+    return invalid_argument("URL: bad host");
+  out.port = out.tls ? 443 : 80;
+  std::string_view host = authority;
+  size_t colon = authority.rfind(':');
+  size_t bracket = authority.rfind(']');
+  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
+    host = authority.substr(0, colon);
+    std::string_view digits = authority.substr(colon + 1);
+    if (digits.empty() || digits.size() > 5 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos)
+      return invalid_argument("URL: bad port");
+    unsigned long port = std::strtoul(std::string(digits).c_str(), nullptr, 10);
+    if (port == 0 || port > 65535) return invalid_argument("URL: bad port");
+    out.port = static_cast<uint16_t>(port);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host.empty()) return invalid_argument("URL: bad host");
+  out.host = std::string(host);
+  return out;
+}
+
+namespace {
+
 // HTTP/1.1 from a job's thread: a private io_context run for each request, one kept-alive
-// connection to the door socket; absolute http:// URLs (an S3 backend's presigned URLs) get
-// a connection each.
+// connection to the door socket, and one to the host of absolute http:// or https:// URLs
+// (an S3 store's presigned URLs), kept alive while the server allows it.
 class JobHttp {
  public:
-  JobHttp(std::string door_socket, std::string ticket)
-      : door_socket_(std::move(door_socket)), ticket_(std::move(ticket)) {}
+  // |ca_pem|: roots trusted for https URLs besides the system's (StateAccess.store_ca_pem).
+  JobHttp(std::string door_socket, std::string ticket, std::string ca_pem = {})
+      : door_socket_(std::move(door_socket)),
+        ticket_(std::move(ticket)),
+        ca_pem_(std::move(ca_pem)) {}
 
-  // |url| is a door target ("/cocoonbox.state/...") or "http://host[:port]/path".
+  // |url| is a door target ("/cocoonbox.state/...") or "http(s)://host[:port]/path".
   Result<std::string> request(const std::string& method, const std::string& url, std::string body,
                               std::string_view what) {
     Result<std::string> out = internal_error("request did not run");
@@ -137,32 +187,60 @@ class JobHttp {
       }
       co_return unavailable(fmt::format("{}: door unreachable", what));
     }
-    constexpr std::string_view kHttp = "http://";
-    if (url.rfind(kHttp, 0) != 0)
-      co_return invalid_argument(fmt::format("{}: unsupported URL scheme", what));
-    std::string rest = url.substr(kHttp.size());
-    size_t slash = rest.find('/');
-    std::string authority = rest.substr(0, slash);
-    std::string target = slash == std::string::npos ? "/" : rest.substr(slash);
-    http::Http1DialOptions o;
-    size_t colon = authority.rfind(':');
-    o.host = authority.substr(0, colon);
-    o.port = 80;
-    if (colon != std::string::npos)
-      o.port = static_cast<uint16_t>(std::atoi(authority.c_str() + colon + 1));
-    auto c = co_await http::dial_http1(io_.get_executor(), o, deadline);
-    if (!c.ok()) co_return c.status().with_prefix(std::string(what));
+    auto parsed = parse_object_url(url);
+    if (!parsed.ok()) co_return parsed.status().with_prefix(std::string(what));
+    const std::string key =
+        fmt::format("{}{}:{}", parsed->tls ? "https://" : "http://", parsed->host, parsed->port);
+    if (parsed->tls && !tls_) {
+      net::TlsClientOptions to;  // the system's roots; the peer is verified
+      to.alpn = {"http/1.1"};
+      auto ctx = net::TlsContext::client(to);
+      if (!ctx.ok()) co_return ctx.status().with_prefix(std::string(what));
+      if (!ca_pem_.empty()) {
+        std::error_code ec;
+        (*ctx)->native().add_certificate_authority(asio::buffer(ca_pem_), ec);
+        if (ec)
+          co_return invalid_argument(
+              fmt::format("{}: access.store_ca_pem: {}", what, ec.message()));
+      }
+      tls_ = std::move(*ctx);
+    }
+    // The URL is the credential: no ticket, no other header (a presigned URL signs only host).
     http::Headers none;
-    auto r = co_await (*c)->request(method, target, none, body, deadline);
-    if (!r.ok()) co_return r.status().with_prefix(std::string(what));
-    if (r->status / 100 != 2) co_return http_status(r->status, what, r->body);
-    co_return std::move(r->body);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const bool fresh = !remote_ || !remote_->reusable() || remote_key_ != key;
+      if (fresh) {
+        remote_.reset();
+        http::Http1DialOptions o;
+        o.host = parsed->host;
+        o.port = parsed->port;
+        if (parsed->tls) o.tls = tls_;
+        auto c = co_await http::dial_http1(io_.get_executor(), o, deadline);
+        if (!c.ok()) co_return c.status().with_prefix(std::string(what));
+        remote_ = std::move(*c);
+        remote_key_ = key;
+      }
+      auto r = co_await remote_->request(method, parsed->target, none, body, deadline);
+      if (!r.ok()) {
+        remote_.reset();
+        if (!fresh && attempt == 0 && r.status().code() == Code::kUnavailable)
+          continue;  // a kept-alive connection the server had closed
+        co_return r.status().with_prefix(std::string(what));
+      }
+      if (r->status / 100 != 2) co_return http_status(r->status, what, r->body);
+      co_return std::move(r->body);
+    }
+    co_return unavailable(fmt::format("{}: {} unreachable", what, key));
   }
 
   asio::io_context io_;
   std::string door_socket_;
   std::string ticket_;
+  std::string ca_pem_;
   std::unique_ptr<http::Http1Client> door_;
+  std::shared_ptr<net::TlsContext> tls_;
+  std::unique_ptr<http::Http1Client> remote_;  // to remote_key_
+  std::string remote_key_;
 };
 
 // Asks the door for URLs of |ids| ("put": those the store lacks; "get": all of them).
@@ -306,6 +384,7 @@ struct SaveJob {
   Progress progress;
   v1::SaveRequest req;
   StateConfig config;
+  bool quiesce = false;  // turns have ended: copy agent.db first
   // Written by the thread before done is set.
   Status status;
   std::string manifest;  // encoded
@@ -320,7 +399,7 @@ struct SaveJob {
     ASSIGN_OR_RETURN(state::StateKeys keys, keys_of(req.access()));
     state::BoxLocation location{req.access().user(), req.access().box()};
     RETURN_IF_ERROR(state::validate_location(location));
-    JobHttp http(config.door_socket, req.access().ticket());
+    JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
     std::optional<state::Manifest> parent;
     if (!req.parent_snapshot_id().empty()) {
       auto m =
@@ -328,8 +407,19 @@ struct SaveJob {
       if (!m.ok()) return m.status().with_prefix(std::string("parent manifest"));
       parent = std::move(*m);
     }
+    bool copied = false;
+    if (quiesce && !config.agent_db.empty() && !config.agent_copy_dir.empty()) {
+      Status st = copy_agent_db(config.agent_db, config.agent_copy_dir);
+      if (!st.ok()) return st.with_prefix(std::string("quiesced save: agent.db"));
+      copied = true;
+    }
     state::ScanOptions scan;
     scan.roots = {{config.home, "home/user"}, {config.workspace, "workspace"}};
+    // The last consistent copy of agent.db goes with every save once one was taken.
+    struct stat copy_dir {};
+    if (!config.agent_copy_dir.empty() && ::stat(config.agent_copy_dir.c_str(), &copy_dir) == 0 &&
+        S_ISDIR(copy_dir.st_mode))
+      scan.roots.push_back({config.agent_copy_dir, std::string(kAgentRoot)});
     for (const auto& e : req.exclude()) scan.exclude.push_back(e);
     UploadSink sink(http, keys, progress);
     if (parent) sink.add_known(*parent);
@@ -345,11 +435,21 @@ struct SaveJob {
     summary.set_uploaded_bytes(sink.uploaded_bytes_);
     summary.set_uploaded_stored_bytes(sink.uploaded_stored_bytes_);
     summary.set_manifest_size(manifest.size());
+    summary.set_quiesced(copied);
     for (const auto& n : result.notes) summary.add_notes(n);
     progress.files.store(result.stats.files_read);
     return ok_status();
   }
 };
+
+// Who restored user files belong to (seed §3's privilege split): an agent that is root is
+// not the user, so it gives them to the owner of the root they land in (the desktop user);
+// unset (the caller's) when the agent is not root or that root is root's.
+std::optional<std::pair<uint32_t, uint32_t>> user_files_owner(const std::string& root) {
+  struct stat st {};
+  if (::geteuid() != 0 || ::stat(root.c_str(), &st) != 0 || st.st_uid == 0) return std::nullopt;
+  return std::make_pair(static_cast<uint32_t>(st.st_uid), static_cast<uint32_t>(st.st_gid));
+}
 
 struct RestoreJob {
   Progress progress;
@@ -377,7 +477,7 @@ struct RestoreJob {
       Status st = state::validate_path(paths[i]);
       if (!st.ok()) return st.with_prefix(fmt::format("paths[{}]", i));
     }
-    JobHttp http(config.door_socket, req.access().ticket());
+    JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
     ASSIGN_OR_RETURN(state::Manifest manifest,
                      fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
     ASSIGN_OR_RETURN(auto selected, state::select_entries(manifest, paths));
@@ -398,6 +498,9 @@ struct RestoreJob {
     std::string dir = config.home + "/Restored";
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
       return internal_error(fmt::format("create {}: {}", dir, std::strerror(errno)));
+    const auto owner = user_files_owner(config.home);
+    if (owner && ::lchown(dir.c_str(), owner->first, owner->second) != 0)
+      return internal_error(fmt::format("chown {}: {}", dir, std::strerror(errno)));
     std::string target;
     for (int n = 1; n <= 1000; ++n) {
       std::string name = n == 1 ? req.target() : fmt::format("{}-{}", req.target(), n);
@@ -412,6 +515,7 @@ struct RestoreJob {
     options.paths = paths;
     options.target = target;
     options.restore_owners = false;  // the user's own files, in the user's home
+    options.owner = owner;
     options.progress = [this](uint64_t files, uint64_t bytes) {
       progress.files.store(files);
       progress.bytes.store(bytes);
@@ -450,6 +554,7 @@ Status restore_whole_root(JobHttp&, state::Store& store, const state::StateKeys&
   options.strip = name;
   options.target = staging;
   options.restore_owners = false;
+  options.owner = user_files_owner(dir);
   options.progress = std::move(progress);
   ASSIGN_OR_RETURN(
       state::RestoreResult done,
@@ -477,10 +582,71 @@ Status restore_whole_root(JobHttp&, state::Store& store, const state::StateKeys&
   return ok_status();
 }
 
+// True when the database at |path| holds no agent: a fresh machine's agent.db.
+Result<bool> holds_no_agent(const std::string& path) {
+  ASSIGN_OR_RETURN(db::Database d, db::Database::open(path));
+  ASSIGN_OR_RETURN(db::Statement count, d.prepare("SELECT count(*) FROM agents"));
+  ASSIGN_OR_RETURN(bool row, count.step());
+  return row && count.column_int64(0) == 0;
+}
+
+// A whole restore's agent.db: the snapshot's copy (agent/agent.db) back into the copy folder
+// and, when the live agent.db holds no agent yet (the fresh machine of a box whose files were
+// lost), its content into the live database with the online backup API. A live database
+// that already has agents is left alone: it is newer than any save.
+Status restore_agent_db(state::Store& store, const state::StateKeys& keys, const std::string& user,
+                        const state::Manifest& manifest, const StateConfig& config) {
+  if (config.agent_db.empty() || config.agent_copy_dir.empty()) return ok_status();
+  const std::string path = fmt::format("{}/{}", kAgentRoot, kAgentCopy);
+  std::vector<std::string> scope = {path};
+  ASSIGN_OR_RETURN(auto selected, state::select_entries(manifest, scope));
+  if (selected.empty()) return ok_status();  // no quiesced save had taken a copy
+  if (::mkdir(config.agent_copy_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return internal_error(
+        fmt::format("create {}: {}", config.agent_copy_dir, std::strerror(errno)));
+  const std::string staging = config.agent_copy_dir + "/" + state::kRestoreTempPrefix + "agent";
+  std::error_code ec;
+  std::filesystem::remove_all(staging, ec);
+  state::RestoreOptions options;
+  options.paths = scope;
+  options.strip = std::string(kAgentRoot);
+  options.target = staging;
+  options.restore_owners = false;
+  ASSIGN_OR_RETURN(
+      state::RestoreResult done,
+      state::restore_snapshot(store, keys, user, manifest, options, crypto::system_random()));
+  (void)done;
+  const std::string copy = fmt::format("{}/{}", staging, kAgentCopy);
+  auto fresh = holds_no_agent(config.agent_db);
+  if (!fresh.ok()) {
+    std::filesystem::remove_all(staging, ec);
+    return fresh.status().with_prefix(fmt::format("whole restore: {}", config.agent_db));
+  }
+  if (*fresh) {
+    Status st = db::backup_database(copy, config.agent_db);
+    if (!st.ok()) {
+      std::filesystem::remove_all(staging, ec);
+      return st.with_prefix(std::string("whole restore: agent.db"));
+    }
+    log::info("whole restore: agent.db restored from the save", {{"db", config.agent_db}});
+  } else {
+    log::info("whole restore: agent.db already holds agents; the saved copy is kept aside",
+              {{"copy", fmt::format("{}/{}", config.agent_copy_dir, kAgentCopy)}});
+  }
+  const std::string kept = fmt::format("{}/{}", config.agent_copy_dir, kAgentCopy);
+  if (::rename(copy.c_str(), kept.c_str()) != 0) {
+    Status st = internal_error(fmt::format("rename {}: {}", copy, std::strerror(errno)));
+    std::filesystem::remove_all(staging, ec);
+    return st;
+  }
+  std::filesystem::remove_all(staging, ec);
+  return ok_status();
+}
+
 Status RestoreJob::restore_whole(const state::StateKeys& keys, const state::BoxLocation& location) {
   if (!req.paths().empty() || !req.target().empty())
     return invalid_argument("whole: paths and target must be empty");
-  JobHttp http(config.door_socket, req.access().ticket());
+  JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
   ASSIGN_OR_RETURN(state::Manifest manifest,
                    fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
   std::vector<state::ChunkId> ids = state::referenced_chunks(manifest);
@@ -499,7 +665,7 @@ Status RestoreJob::restore_whole(const state::StateKeys& keys, const state::BoxL
                                      config.home, on_progress, summary));
   RETURN_IF_ERROR(restore_whole_root(http, store, keys, location.user, manifest, "workspace",
                                      config.workspace, on_progress, summary));
-  return ok_status();
+  return restore_agent_db(store, keys, location.user, manifest, config);
 }
 
 // Runs |job| on a thread of its own and sends its progress until it is done. The job is
@@ -553,6 +719,33 @@ StateConfig default_state_config(std::string workspace) {
   return c;
 }
 
+Status copy_agent_db(const std::string& db, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return internal_error(fmt::format("create {}: {}", dir, std::strerror(errno)));
+  const std::string tmp = dir + "/.agent.db.tmp";
+  const std::string final_path = fmt::format("{}/{}", dir, kAgentCopy);
+  ::unlink(tmp.c_str());
+  RETURN_IF_ERROR(db::backup_database(db, tmp));
+  // The newest of the database's and its WAL's mtimes: writes in WAL mode touch only the WAL
+  // until a checkpoint.
+  struct timespec mtime {};
+  for (const std::string& f : {db, db + "-wal"}) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) continue;
+    if (st.st_mtim.tv_sec > mtime.tv_sec ||
+        (st.st_mtim.tv_sec == mtime.tv_sec && st.st_mtim.tv_nsec > mtime.tv_nsec))
+      mtime = st.st_mtim;
+  }
+  struct timespec times[2] = {mtime, mtime};
+  if (::utimensat(AT_FDCWD, tmp.c_str(), times, 0) != 0 ||
+      ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    Status st = internal_error(fmt::format("{}: {}", final_path, std::strerror(errno)));
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return ok_status();
+}
+
 Status check_restore_target(std::string_view target) {
   if (target.empty() || target.size() > 255)
     return invalid_argument("target: must be one folder name of 1..255 bytes");
@@ -571,8 +764,22 @@ asio::awaitable<Status> StateService::Save(grpc::CallContext&, v1::SaveRequest&&
   auto job = std::make_shared<SaveJob>();
   job->req = std::move(req);
   job->config = config_;
-  log::info("state save",
-            {{"box", job->req.access().box()}, {"parent", job->req.parent_snapshot_id()}});
+  log::info("state save", {{"box", job->req.access().box()},
+                           {"parent", job->req.parent_snapshot_id()},
+                           {"quiesced", job->req.quiesced()}});
+  if (job->req.quiesced()) {
+    // Running turns end first (they write the transcript); new ones are not held back.
+    if (config_.wait_for_turns) {
+      const net::Deadline until = net::after(config_.quiesce_timeout);
+      const bool idle = co_await config_.wait_for_turns(until);
+      if (!idle) {
+        co_return failed_precondition(
+            fmt::format("quiesced save: agent turns still running after {} ms",
+                        config_.quiesce_timeout.count()));
+      }
+    }
+    job->quiesce = true;
+  }
   bool alive = co_await run_job(job, writer);
   if (!alive) co_return cancelled("the caller went away");
   if (!job->status.ok()) {

@@ -18,6 +18,8 @@
 #include "cocoonbox/agent/v1/state.cbgrpc.h"
 #include "net/asio.h"
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -29,12 +31,40 @@ struct StateConfig {
   // The api's door socket in this box (roles/api/README.md §State): where relative chunk
   // URLs ("/cocoonbox.state/...") are sent.
   std::string door_socket = "/run/cocoonbox/model.sock";
+  // Quiesced saves (README.md §State): the live agent.db, and the folder its consistent copy
+  // is kept in, saved as the root "agent" (agent/agent.db) by every save once it exists. A
+  // whole restore brings the copy back and, into an agent.db that holds no agent yet, its
+  // content. Empty: no copy.
+  std::string agent_db;
+  std::string agent_copy_dir;
+  // Waits until no agent turn runs, false at the deadline (AgentsService::wait_for_turns);
+  // unset: nothing to wait for.
+  std::function<asio::awaitable<bool>(net::Deadline)> wait_for_turns;
+  std::chrono::milliseconds quiesce_timeout{std::chrono::seconds(30)};
 };
 
 // The defaults for a box: $HOME; $COCOONBOX_WORKSPACE (set by the local backend) else
 // |workspace|; and $COCOONBOX_RUN_DIR/model.sock when that is set, else
 // /run/cocoonbox/model.sock.
 StateConfig default_state_config(std::string workspace);
+
+// An absolute chunk or manifest URL (an S3 store's presigned URL): where to connect and the
+// request target to send, which is the URL's path and query exactly as given (presigned
+// query strings are percent-encoded by the signer and must not be touched).
+struct ObjectUrl {
+  bool tls = false;
+  std::string host;    // without brackets
+  uint16_t port = 0;   // the scheme's default when the URL has none
+  std::string target;  // "/bucket/key?X-Amz-..." ("/" when the URL has no path)
+};
+// Errors: kInvalidArgument unless |url| is http:// or https:// with a host and a valid port.
+Result<ObjectUrl> parse_object_url(std::string_view url);
+
+// A consistent copy of the database |db| (SQLite's online backup API) as |dir|/agent.db,
+// replaced atomically (a temporary file renamed), with the mtime of |db| or its WAL, whichever
+// is newer: an unchanged database gives an unchanged file, so a save before hibernating finds
+// nothing new. Creates |dir| (0700). Errors: db::backup_database()'s; kInternal (file system).
+Status copy_agent_db(const std::string& db, const std::string& dir);
 
 // Errors: kInvalidArgument naming "target" unless |target| is one folder name: 1..255 bytes,
 //   no '/', no NUL, not "." or "..".
@@ -44,7 +74,10 @@ class StateService final : public cocoonbox::agent::v1::State::Service {
  public:
   explicit StateService(StateConfig config) : config_(std::move(config)) {}
 
-  // Errors: kInvalidArgument (a bad key, location or exclude pattern); the scan's errors; the
+  // A quiesced request first waits for running turns (up to quiesce_timeout), then copies
+  // agent.db (copy_agent_db()) before the scan; SaveDone.quiesced says it did.
+  // Errors: kInvalidArgument (a bad key, location or exclude pattern); kFailedPrecondition (a
+  //   quiesced save while turns still run after quiesce_timeout); the scan's errors; the
   //   door's answers (kPermissionDenied for a refused ticket, kUnavailable when unreachable);
   //   kCancelled when the caller went away.
   asio::awaitable<Status> Save(

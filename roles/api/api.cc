@@ -18,6 +18,8 @@
 #include "roles/api/store/store.h"
 #include "roles/api/store/token_index.h"
 #include "state/fs_store.h"
+#include "state/s3_store.h"
+#include "state/store_url.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -45,6 +47,7 @@ struct Config {
   std::string gateway_url;       // the default model gateway (model_door.h)
   std::string gateway_key_file;  // its key; never on the command line itself
   std::string state_dir;         // the filesystem store (default <data-dir>/state)
+  std::string state_store;       // a store URL (state/store_url.h); excludes state_dir
   std::string autosave = "6h";   // save each running box this often (0 = never)
   // The state GC pass (state_gc.h): the retention rule, how often (0 = never), delete batch.
   std::string state_keep = "hourly=24h,daily=30d,weekly=26w";
@@ -260,18 +263,41 @@ int serve(const Config& cfg) {
     if (!opened.ok()) log::error("model door", {{"box", box.id}, {"error", opened.to_string()}});
   };
   BoxManager manager(io.get_executor(), **store, **backend, *edge_key, box_options);
-  // The state layer (state_manager.h): the filesystem store, by default under the data dir.
-  fs::path state_dir = cfg.state_dir.empty() ? data_dir / "state" : fs::path(cfg.state_dir);
-  auto fs_store = state::FsStore::open(state_dir);
-  if (!fs_store.ok()) {
-    std::cerr << "cocoonbox api: --state-dir " << state_dir << ": " << fs_store.status().message()
-              << "\n";
-    return 1;
+  // The state layer (state_manager.h): --state-store URL, else the filesystem store, by
+  // default under the data dir.
+  std::unique_ptr<state::Store> state_store;
+  if (!cfg.state_store.empty()) {
+    auto opened = state::open_store_url(cfg.state_store);
+    if (!opened.ok()) {
+      std::cerr << "cocoonbox api: --state-store: " << opened.status().message() << "\n";
+      return 1;
+    }
+    state_store = std::move(*opened);
+  } else {
+    fs::path state_dir = cfg.state_dir.empty() ? data_dir / "state" : fs::path(cfg.state_dir);
+    auto fs_store = state::FsStore::open(state_dir);
+    if (!fs_store.ok()) {
+      std::cerr << "cocoonbox api: --state-dir " << state_dir << ": " << fs_store.status().message()
+                << "\n";
+      return 1;
+    }
+    state_store = std::move(*fs_store);
   }
-  (void)(*fs_store)->remove_temporaries();
+  if (auto* fs_store = dynamic_cast<state::FsStore*>(state_store.get()); fs_store != nullptr) {
+    (void)fs_store->remove_temporaries();
+  } else if (auto* s3 = dynamic_cast<state::S3Store*>(state_store.get()); s3 != nullptr) {
+    // A wrong endpoint, bucket or secret fails the start, not the first save.
+    Status reachable = s3->check_bucket();
+    if (!reachable.ok()) {
+      std::cerr << "cocoonbox api: --state-store " << s3->describe() << ": " << reachable.message()
+                << "\n";
+      return 1;
+    }
+    log::info("state store", {{"store", s3->describe()}});
+  }
   StateManagerOptions state_options;
   state_options.autosave = *autosave;
-  StateManager state_manager(io.get_executor(), **store, manager, *master, std::move(*fs_store),
+  StateManager state_manager(io.get_executor(), **store, manager, *master, std::move(state_store),
                              state_options);
   state_routes_to = &state_manager;
   saves_to = &state_manager;
@@ -431,8 +457,13 @@ int run(std::span<char* const> args) {
   app.add_option("--idle-hibernate", cfg.idle_hibernate,
                  "hibernate a box with no client attached this long (0 = never)")
       ->capture_default_str();
-  app.add_option("--state-dir", cfg.state_dir,
-                 "the filesystem store of saves (default <data-dir>/state)");
+  auto* state_dir_opt = app.add_option("--state-dir", cfg.state_dir,
+                                       "the filesystem store of saves (default <data-dir>/state)");
+  app.add_option("--state-store", cfg.state_store,
+                 "the store of saves as a URL: file:///DIR, or s3://BUCKET[/PREFIX]?endpoint="
+                 "http(s)://HOST[:PORT]&access_key=ID&secret_file=/ABS/FILE[&region=R]"
+                 "[&ca_file=/ABS/PEM] (src/state/README.md)")
+      ->excludes(state_dir_opt);
   app.add_option("--autosave", cfg.autosave,
                  "save each running box this often, e.g. 6h (0 = never)")
       ->capture_default_str();

@@ -184,7 +184,7 @@ asio::awaitable<Status> BoxesService::SaveState(grpc::CallContext& ctx, pb::Save
     *ev.mutable_progress() = progress_proto(c);
     (void)co_await writer.write(ev);
   };
-  auto saved = co_await state_->save(who.user_id, req.box(), progress);
+  auto saved = co_await state_->save(who.user_id, req.box(), progress, false, req.quiesce());
   if (!saved.ok()) co_return saved.status();
   pb::SaveStateEvent ev;
   pb::SaveResult* r = ev.mutable_result();

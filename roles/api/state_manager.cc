@@ -8,12 +8,15 @@
 #include "grpc/client.h"
 #include "net/blocking.h"
 #include "state/manifest.h"
+#include "state/s3_store.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 namespace cb::api {
 
@@ -129,10 +132,22 @@ StateManager::StateManager(net::Executor executor, Store& db, BoxManager& boxes,
       boxes_(boxes),
       master_(master),
       store_(std::move(store)),
+      s3_(dynamic_cast<const state::S3Store*>(store_.get())),
       options_(std::move(options)),
       signer_(master),
       locks_(executor_),
-      alive_(std::make_shared<bool>(true)) {}
+      alive_(std::make_shared<bool>(true)) {
+  // A private S3 endpoint's roots go to the agent with each call, so it can follow the https
+  // URLs it is given (the api already trusts them: the store opened with them).
+  if (s3_ != nullptr && !s3_->ca_file().empty()) {
+    std::ifstream in(s3_->ca_file(), std::ios::binary);
+    std::ostringstream pem;
+    pem << in.rdbuf();
+    store_ca_pem_ = pem.str();
+    if (!in || store_ca_pem_.empty())
+      log::warn("state store: cannot read ca_file for the agents", {{"file", s3_->ca_file()}});
+  }
+}
 
 StateManager::~StateManager() { *alive_ = false; }
 
@@ -146,6 +161,19 @@ std::string StateManager::new_ticket(Ticket ticket) {
   return id;
 }
 
+Result<std::string> StateManager::object_url(std::string_view method,
+                                             const std::string& key) const {
+  if (s3_ == nullptr)
+    return signer_.sign(std::string(method), key, now_unix() + options_.url_ttl.count());
+  if (method == "PUT") return s3_->presign_put(key, options_.url_ttl);
+  return s3_->presign_get(key, options_.url_ttl);
+}
+
+void StateManager::note_relayed(const std::string& box_id, uint64_t bytes) {
+  for (auto& [id, t] : tickets_)
+    if (t.box_id == box_id) t.relayed_bytes += bytes;
+}
+
 asio::awaitable<Result<std::string>> StateManager::state_key(int64_t user_id) {
   auto key = co_await db_.user_state_key(user_id, master_.bytes());
   co_return key;
@@ -154,8 +182,8 @@ asio::awaitable<Result<std::string>> StateManager::state_key(int64_t user_id) {
 // ---- save ----
 
 asio::awaitable<Result<SaveOutcome>> StateManager::save(int64_t user_id, std::string box_ref,
-                                                        ProgressSink progress,
-                                                        bool only_if_changed) {
+                                                        ProgressSink progress, bool only_if_changed,
+                                                        bool quiesced) {
   auto alive = alive_;
   CO_ASSIGN_OR_RETURN(BoxView view, co_await boxes_.get(user_id, box_ref));
   const std::string box_id = view.box.id;
@@ -175,7 +203,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save(int64_t user_id, std::st
     }
   } detach{&boxes_, alive, box_id};
   auto out = co_await save_over(target->first, target->second, std::move(progress), only_if_changed,
-                                net::after(kTransferTimeout));
+                                quiesced, net::after(kTransferTimeout));
   co_return out;
 }
 
@@ -190,8 +218,20 @@ asio::awaitable<void> StateManager::save_before_hibernate(
   auto user_guard = co_await locks_.user_shared(state_user(box.user_id));
   if (!user_guard.ok() || !*alive) co_return;
   ProgressSink none;
-  auto saved = co_await save_over(box, conn, none, true, net::after(kHibernateSaveTimeout));
+  // Quiesced: the agent's turns end and agent.db is copied consistently, so the transcript
+  // survives a machine lost while hibernated. Turns still running after 30 s make the agent
+  // refuse (FAILED_PRECONDITION); the files are then saved without the copy.
+  const net::Deadline deadline = net::after(kHibernateSaveTimeout);
+  auto quiet = co_await save_over(box, conn, none, true, true, deadline);
   if (!*alive) co_return;
+  Result<SaveOutcome> saved = std::move(quiet);
+  if (!saved.ok() && saved.status().code() == Code::kFailedPrecondition) {
+    log::warn("quiesced save before hibernate refused; saving without the agent.db copy",
+              {{"box", box.id}, {"error", saved.status().to_string()}});
+    auto plain = co_await save_over(box, conn, none, true, false, deadline);
+    if (!*alive) co_return;
+    saved = std::move(plain);
+  }
   if (!saved.ok()) {
     log::warn("save before hibernate failed",
               {{"box", box.id}, {"error", saved.status().to_string()}});
@@ -202,7 +242,7 @@ asio::awaitable<void> StateManager::save_before_hibernate(
 
 asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     Box box, std::shared_ptr<http::H2Connection> conn, ProgressSink progress, bool only_if_changed,
-    net::Deadline deadline) {
+    bool quiesced, net::Deadline deadline) {
   auto alive = alive_;
   const int64_t user_id = box.user_id;
   const std::string box_id = box.id;
@@ -247,12 +287,15 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
   req.mutable_access()->set_user(user);
   req.mutable_access()->set_box(box_id);
   req.mutable_access()->set_ticket(ticket);
+  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
   req.set_parent_snapshot_id(parent_id);
   if (!parent_id.empty()) {
-    req.set_parent_manifest_url(signer_.sign("GET", state::manifest_key(location, parent_id),
-                                             now_unix() + options_.url_ttl.count()));
+    auto url = object_url("GET", state::manifest_key(location, parent_id));
+    if (!url.ok()) co_return url.status();
+    req.set_parent_manifest_url(*url);
   }
   for (const auto& e : options_.exclude) req.add_exclude(e);
+  req.set_quiesced(quiesced);
 
   grpc::ChannelOptions copts;
   copts.authority = "agent";
@@ -291,6 +334,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     co_return internal_error("box agent: the save ended without a result");
   }
   std::set<std::string> uploaded = tickets_[ticket].put;
+  const uint64_t relayed = tickets_[ticket].relayed_bytes;
 
   // Commit: decode and check, verify the chunks the agent was told to upload, then the
   // manifest, record, timeline and head (src/state README.md §Commit).
@@ -318,6 +362,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     const auto now = std::chrono::system_clock::now();
     record.snapshot_id = state::new_snapshot_id(now, random);
     record.box = box_id;
+    record.quiesced = quiesced && summary.quiesced();
     record.saved_at_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
     record.parent = parent_id;
@@ -359,7 +404,9 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
   log::info("state saved", {{"box", box_id},
                             {"snapshot", committed->snapshot_id},
                             {"changed_files", static_cast<int64_t>(summary.files_read())},
-                            {"uploaded_chunks", static_cast<int64_t>(summary.uploaded_chunks())}});
+                            {"uploaded_chunks", static_cast<int64_t>(summary.uploaded_chunks())},
+                            {"quiesced", committed->quiesced},
+                            {"relayed_bytes", static_cast<int64_t>(relayed)}});
   SaveOutcome out;
   out.box_id = box_id;
   out.record = std::move(*committed);
@@ -527,9 +574,11 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
   req.mutable_access()->set_user(user);
   req.mutable_access()->set_box(box_id);
   req.mutable_access()->set_ticket(ticket);
+  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
   req.set_snapshot_id(snapshot_id);
-  req.set_manifest_url(signer_.sign("GET", state::manifest_key(location, snapshot_id),
-                                    now_unix() + options_.url_ttl.count()));
+  auto manifest_url = object_url("GET", state::manifest_key(location, snapshot_id));
+  if (!manifest_url.ok()) co_return manifest_url.status();
+  req.set_manifest_url(*manifest_url);
   for (const auto& p : scope) req.add_paths(p);
   req.set_target(target);
 
@@ -567,6 +616,7 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
     co_return internal_error("box agent: the restore ended without a result");
   }
   ++counters_.restores_done;
+  const uint64_t relayed = tickets_[ticket].relayed_bytes;
   RestoreOutcome out;
   out.box_id = box_id;
   out.path = done->path();
@@ -575,7 +625,10 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
   out.symlinks = done->symlinks();
   out.bytes = done->bytes();
   out.chunks = done->chunks();
-  log::info("state restored", {{"box", box_id}, {"snapshot", snapshot_id}, {"path", out.path}});
+  log::info("state restored", {{"box", box_id},
+                               {"snapshot", snapshot_id},
+                               {"path", out.path},
+                               {"relayed_bytes", static_cast<int64_t>(relayed)}});
   co_return out;
 }
 
@@ -640,9 +693,12 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
   req.mutable_access()->set_user(user);
   req.mutable_access()->set_box(box_id);
   req.mutable_access()->set_ticket(ticket);
+  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
   req.set_snapshot_id(head.snapshot_id);
-  req.set_manifest_url(signer_.sign("GET", state::manifest_key(location, head.snapshot_id),
-                                    now_unix() + options_.url_ttl.count()));
+  auto manifest_url = object_url("GET", state::manifest_key(location, head.snapshot_id));
+  if (!manifest_url.ok())
+    co_return fmt::format("cannot restore the last save: {}", manifest_url.status().message());
+  req.set_manifest_url(*manifest_url);
   req.set_whole(true);
   grpc::ChannelOptions copts;
   copts.authority = "agent";
@@ -742,7 +798,6 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
   }
   const bool restore = it->second.restore;
   const std::string user = it->second.user;
-  const int64_t exp = now_unix() + options_.url_ttl.count();
   json urls = json::object();
   if (op == "get") {
     if (!restore) {
@@ -755,7 +810,12 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
         co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
         co_return;
       }
-      urls[hex] = signer_.sign("GET", state::chunk_key(user, id), exp);
+      auto url = object_url("GET", state::chunk_key(user, id));
+      if (!url.ok()) {
+        co_await answer(req, 400, url.status().to_string());
+        co_return;
+      }
+      urls[hex] = std::move(*url);
     }
   } else if (op == "put") {
     if (restore) {
@@ -785,8 +845,13 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
     }
     for (const auto& id : *missing) {
       std::string hex = id.hex();
+      auto url = object_url("PUT", state::chunk_key(user, id));
+      if (!url.ok()) {
+        co_await answer(req, 400, url.status().to_string());
+        co_return;
+      }
       again->second.put.insert(hex);
-      urls[hex] = signer_.sign("PUT", state::chunk_key(user, id), exp);
+      urls[hex] = std::move(*url);
     }
   } else {
     co_await answer(req, 400, "op: \"put\" or \"get\"");
@@ -831,6 +896,7 @@ asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::s
       co_return;
     }
     std::string data = std::move(*body);
+    note_relayed(box_id, data.size());
     Status st = co_await net::run_blocking([&]() { return store.put(object_key, data); });
     if (!*alive) co_return;
     if (!st.ok()) {
@@ -847,6 +913,7 @@ asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::s
     co_return;
   }
   ++counters_.chunks_served;
+  note_relayed(box_id, data->size());
   (void)co_await http::respond(req, 200, "application/octet-stream", *data);
 }
 

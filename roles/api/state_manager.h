@@ -19,9 +19,11 @@
 //   autosave    every |autosave| (0 = never) each RUNNING box is saved if it changed; so is a
 //               box about to hibernate (save_before_hibernate()).
 //
-// The store is the filesystem store at <data-dir>/state by default. Blocking store work runs
-// on threads of its own (net::run_blocking). Chunk bytes pass through the api only as the
-// door's object routes of the filesystem store; never through gRPC.
+// The store is the filesystem store at <data-dir>/state by default, or any store of
+// open_store_url() (--state-store). With an S3 store the agent gets S3 presigned URLs
+// (object_url()) and chunk bytes go between the agent and S3 directly; with the filesystem
+// store they pass through the api only as the door's object routes. Never through gRPC.
+// Blocking store work runs on threads of its own (net::run_blocking).
 //
 // Affinity: the api's executor. The store, box manager and master key must outlive it.
 
@@ -44,7 +46,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
+
+namespace cb::state {
+class S3Store;
+}
 
 namespace cb::api {
 
@@ -116,9 +123,12 @@ class StateManager {
   //   errors; kDataLoss when the head's objects do not open or an announced chunk is missing;
   //   store errors.
   // With |only_if_changed| (autosave), nothing is committed when the tree equals the head's
-  // (SaveOutcome::unchanged).
+  // (SaveOutcome::unchanged). With |quiesced| the agent first waits (up to 30 s) for running
+  // turns and saves a consistent copy of agent.db (roles/agent/README.md §State); the
+  // snapshot is recorded as quiesced.
   asio::awaitable<Result<SaveOutcome>> save(int64_t user_id, std::string box_ref,
-                                            ProgressSink progress, bool only_if_changed = false);
+                                            ProgressSink progress, bool only_if_changed = false,
+                                            bool quiesced = false);
   // Saves |box| over the agent connection |conn| before its hibernation, if anything changed
   // since the head; skipped while a save or restore of the box runs, and given up after 10
   // minutes (the box then hibernates anyway). Errors are logged.
@@ -172,13 +182,20 @@ class StateManager {
     std::set<std::string> allowed;  // restore: hex ids it may fetch
     std::set<std::string> put;      // save: hex ids it was told to upload
     int64_t expires_unix = 0;
+    uint64_t relayed_bytes = 0;  // object bytes the door's routes carried (filesystem store)
   };
   std::string new_ticket(Ticket ticket);
+  // A URL for |method| ("GET" or "PUT") of the object |key|, valid options_.url_ttl: an S3
+  // presigned URL with an S3 store, else a door URL signed by signer_.
+  // Errors: kInvalidArgument for a bad key.
+  Result<std::string> object_url(std::string_view method, const std::string& key) const;
+  // Counts |bytes| of an object the door carried for |box_id| on its calls in progress.
+  void note_relayed(const std::string& box_id, uint64_t bytes);
   // The save itself, with the box's and user's locks held and the agent's connection; the
   // agent's call ends with DEADLINE_EXCEEDED at |deadline|.
   asio::awaitable<Result<SaveOutcome>> save_over(Box box, std::shared_ptr<http::H2Connection> conn,
                                                  ProgressSink progress, bool only_if_changed,
-                                                 net::Deadline deadline);
+                                                 bool quiesced, net::Deadline deadline);
   asio::awaitable<Result<std::string>> state_key(int64_t user_id);
   asio::awaitable<void> door_urls(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> door_object(http::ServerRequest& req, std::string box_id);
@@ -189,6 +206,8 @@ class StateManager {
   BoxManager& boxes_;
   const crypto::SymmetricKey& master_;
   std::unique_ptr<state::Store> store_;
+  const state::S3Store* s3_ = nullptr;  // store_ when it is an S3 store
+  std::string store_ca_pem_;            // its ca_file's PEM, for the agent (StateAccess)
   StateManagerOptions options_;
   ChunkUrlSigner signer_;
   StateLocks locks_;

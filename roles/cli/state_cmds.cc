@@ -138,6 +138,7 @@ class StateCli {
     pb::Boxes::Stub stub(conn_->channel);
     pb::SaveStateRequest req;
     req.set_box(o_.box);
+    req.set_quiesce(o_.quiesce);
     auto reader = co_await stub.SaveState(req, conn_->call_options());
     if (!reader.ok()) co_return from_status(reader.status(), "save");
     ProgressLine progress("saving");
@@ -345,7 +346,12 @@ void add_state_commands(CLI::App& app, StateOptions& o) {
   auto* save = app.add_subcommand("save", "Save the box's files (/home/user, /workspace) now");
   save->add_option("--box", o.box, "box name or id (default: main)");
   save->add_flag("--json", o.json, "print the result as JSON");
-  save->footer("Examples:\n  cocoonbox save\n  cocoonbox save --box work --json");
+  save->add_flag("--quiesce", o.quiesce,
+                 "first let the agent's running turns end (up to 30 s) and save a consistent "
+                 "copy of its database");
+  save->footer(
+      "Examples:\n  cocoonbox save\n  cocoonbox save --quiesce\n  cocoonbox save --box work "
+      "--json");
 
   auto* snapshots = app.add_subcommand("snapshots", "List the box's saved snapshots, newest first");
   snapshots->add_option("--box", o.box, "box name or id (default: main)");

@@ -21,6 +21,7 @@ namespace cb::cli {
 struct StateOptions {
   std::string box;
   bool json = false;
+  bool quiesce = false;  // save --quiesce
   std::string snapshot;  // browse: SNAPSHOT; restore: --snapshot
   std::string dir;       // browse
   std::string at;        // restore --at

@@ -191,4 +191,43 @@ Status Transaction::rollback() {
   return exec_raw(conn->db, "ROLLBACK");
 }
 
+Status backup_database(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  if (!std::filesystem::exists(from, ec))
+    return not_found(fmt::format("backup: {} does not exist", from.string()));
+  sqlite3* src = nullptr;
+  sqlite3* dst = nullptr;
+  struct Close {
+    sqlite3*& a;
+    sqlite3*& b;
+    ~Close() {
+      sqlite3_close_v2(a);
+      sqlite3_close_v2(b);
+    }
+  } close{src, dst};
+  int rc = sqlite3_open_v2(from.c_str(), &src, SQLITE_OPEN_READWRITE, nullptr);
+  if (rc != SQLITE_OK) return internal::sqlite_status(rc, src, "backup: open " + from.string());
+  rc = sqlite3_open_v2(to.c_str(), &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) return internal::sqlite_status(rc, dst, "backup: open " + to.string());
+  sqlite3_busy_timeout(src, 5000);
+  sqlite3_busy_timeout(dst, 5000);
+  sqlite3_backup* backup = sqlite3_backup_init(dst, "main", src, "main");
+  if (backup == nullptr)
+    return internal::sqlite_status(sqlite3_errcode(dst), dst, "backup: " + to.string());
+  // All pages in one step: one read transaction on |from|, so the copy is of one moment.
+  // A step that finds a lock held retries (the busy handlers already waited).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    rc = sqlite3_backup_step(backup, -1);
+    if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) break;
+    sqlite3_sleep(100);
+  }
+  int finished = sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE)
+    return internal::sqlite_status(rc, dst,
+                                   fmt::format("backup {} into {}", from.string(), to.string()));
+  if (finished != SQLITE_OK)
+    return internal::sqlite_status(finished, dst, "backup: finish " + to.string());
+  return ok_status();
+}
+
 }  // namespace cb::db

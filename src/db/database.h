@@ -123,4 +123,13 @@ class Transaction {
   internal::Connection* conn_;  // not owned; null once finished or moved from
 };
 
+// Copies the database at |from| into |to| with SQLite's online backup API: a consistent
+// copy of one moment, taken in one read transaction, even while other connections (of this
+// process or another) write |from|. |to| is created if missing and its content replaced; it
+// may be open elsewhere (a live database being restored: its connections see the new content
+// at their next statement). Locks held by others are waited for (busy timeout 5 s each).
+// Errors: kNotFound when |from| does not exist; kUnavailable (locked past the timeout);
+//   kDataLoss (|from| is not a database); kInternal.
+Status backup_database(const std::filesystem::path& from, const std::filesystem::path& to);
+
 }  // namespace cb::db

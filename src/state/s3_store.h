@@ -116,6 +116,8 @@ class S3Store final : public Store {
 
   // "s3://<bucket>/<prefix> at <endpoint>", for logs.
   std::string describe() const;
+  // Options::ca_file: the PEM roots whoever follows this store's https URLs must trust.
+  const std::string& ca_file() const { return options_.ca_file; }
 
  private:
   using Connection = s3_internal::Connection;
