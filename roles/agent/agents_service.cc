@@ -25,6 +25,9 @@ namespace {
 
 constexpr int kEventBatch = 200;
 constexpr size_t kMaxQueuedDeltas = 1000;
+// Agents whose request encoder (model/wire.h) is kept between turns; 8 is more than a box
+// runs at once.
+constexpr size_t kMaxEncoders = 8;
 
 pb::TurnState turn_state(std::string_view s) {
   if (s == "running") return pb::TURN_RUNNING;
@@ -335,6 +338,23 @@ std::string AgentsService::new_id(std::string_view prefix) {
   uint8_t bytes[8];
   random_.fill(bytes);
   return std::string(prefix) + crypto::hex_encode(std::span<const uint8_t>(bytes));
+}
+
+model::RequestEncoder& AgentsService::encoder_for(const std::string& agent_id) {
+  auto it = encoders_.find(agent_id);
+  if (it != encoders_.end()) return *it->second;
+  // Each kept encoder holds a copy of its agent's conversation: keep those of a few agents,
+  // dropping one whose turn is not running (so no loop holds a reference to it).
+  if (encoders_.size() >= kMaxEncoders) {
+    for (auto e = encoders_.begin(); e != encoders_.end(); ++e) {
+      if (running_.count(e->first) == 0) {
+        encoders_.erase(e);
+        break;
+      }
+    }
+  }
+  auto [slot, inserted] = encoders_.emplace(agent_id, std::make_unique<model::RequestEncoder>());
+  return *slot->second;
 }
 
 void AgentsService::notify() {
@@ -850,6 +870,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       };
       options.deadline = net::after(config_.model_call_timeout);
       options.retry = config_.retry;
+      options.encoder = &encoder_for(agent_id);
       // Near the main model's context budget: the summarize model compacts older turns.
       if (model::needs_compaction(request, tc.main)) {
         Status compacted = co_await compact(agent_id, turn_id, tc, client, request);
@@ -861,22 +882,31 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       if (!resp.ok()) co_return resp.status();
       if (cancelled_now(co_await asio::this_coro::cancellation_state))
         co_return cancelled("cancelled");
+      // The step's text and tool calls in one transaction (one commit, one hop to the db
+      // worker, one wake of the Events subscribers).
+      std::vector<NewItem> step_items;
       for (const model::Part& part : resp->message.parts) {
-        std::string payload;
-        std::string kind;
+        NewItem item;
+        item.role = "assistant";
         if (part.kind == model::PartKind::kText) {
           if (part.text.empty()) continue;
-          kind = "text";
-          payload = json{{"text", part.text}}.dump();
+          item.kind = "text";
+          item.payload = json{{"text", part.text}}.dump();
         } else if (part.kind == model::PartKind::kToolCall) {
-          kind = "tool_call";
-          payload =
+          item.kind = "tool_call";
+          item.payload =
               json{{"id", part.id}, {"name", part.name}, {"arguments", part.arguments}}.dump();
         } else {
           continue;
         }
-        auto item = co_await append(agent_id, turn_id, "assistant", kind, payload);
-        if (!item.ok()) co_return item.status();
+        step_items.push_back(std::move(item));
+      }
+      if (!step_items.empty()) {
+        const int64_t now = now_ms();
+        auto rows = co_await db_.run(
+            [&](db::Database& d) { return append_items(d, agent_id, turn_id, step_items, now); });
+        if (!rows.ok()) co_return rows.status();
+        notify();
       }
       for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
       request.messages.push_back(std::move(resp->message));
@@ -945,6 +975,19 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
   }
 }
 
+asio::awaitable<Status> AgentsService::write_deltas(Subscriber& sub,
+                                                    grpc::ServerWriter<pb::Event>& writer,
+                                                    const std::string& offset_key) {
+  while (!sub.deltas.empty()) {
+    pb::Event ev = std::move(sub.deltas.front());
+    sub.deltas.pop_front();
+    ev.set_offset_key(offset_key);
+    Status w = co_await writer.write(ev);
+    if (!w.ok()) co_return w;
+  }
+  co_return ok_status();
+}
+
 asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::EventsRequest req,
                                               grpc::ServerWriter<pb::Event>& writer) {
   co_await asio::this_coro::throw_if_cancelled(false);
@@ -980,6 +1023,8 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
   } unsubscribe{subscribers_, &sub};
   (void)ctx.send_initial_metadata();
 
+  // The offset of the last durable event written (deltas carry it as their offset key).
+  int64_t offset_sent = offset;
   while (true) {
     sub.pending = false;
     auto rows = co_await db_.run(
@@ -1000,17 +1045,20 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
       } else {
         continue;
       }
+      if (ev.has_item() && row.item->role == "assistant" && row.item->kind == "text") {
+        // The deltas still queued were published before this item was written (a model
+        // call's deltas all come before its text is stored): send them first, so a client
+        // never gets a delta for text whose durable item it already has.
+        Status d = co_await write_deltas(sub, writer, std::to_string(offset_sent));
+        if (!d.ok()) co_return d;
+      }
       Status w = co_await writer.write(ev);
       if (!w.ok()) co_return w;
+      offset_sent = row.id;
     }
     if (rows->size() == static_cast<size_t>(kEventBatch)) continue;
-    while (!sub.deltas.empty()) {
-      pb::Event ev = std::move(sub.deltas.front());
-      sub.deltas.pop_front();
-      ev.set_offset_key(std::to_string(offset));
-      Status w = co_await writer.write(ev);
-      if (!w.ok()) co_return w;
-    }
+    Status d = co_await write_deltas(sub, writer, std::to_string(offset));
+    if (!d.ok()) co_return d;
     if (sub.pending) continue;
     if (stopping_) co_return ok_status();
     sub.wake.expires_at(net::Deadline::max());

@@ -21,6 +21,7 @@
 #include "db/worker.h"
 #include "model/client.h"
 #include "model/conversation.h"
+#include "model/wire.h"
 #include "net/asio.h"
 #include "roles/agent/agent_config.h"
 #include "roles/agent/agents_store.h"
@@ -142,6 +143,12 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   asio::awaitable<Result<ItemRow>> append(const std::string& agent_id, const std::string& turn_id,
                                           std::string_view role, std::string_view kind,
                                           const std::string& payload);
+  // Writes |sub|'s queued deltas, each with |offset_key|.
+  asio::awaitable<Status> write_deltas(Subscriber& sub,
+                                       grpc::ServerWriter<cocoonbox::agent::v1::Event>& writer,
+                                       const std::string& offset_key);
+  // The request encoder kept for |agent_id| (created on first use); valid while its turn runs.
+  model::RequestEncoder& encoder_for(const std::string& agent_id);
   void notify();
   void publish_delta(const std::string& agent_id, const std::string& turn_id,
                      const std::string& text);
@@ -157,6 +164,7 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   crypto::Random& random_;
   std::map<std::string, std::shared_ptr<Running>> running_;  // by agent id
   std::list<Subscriber*> subscribers_;
+  std::map<std::string, std::unique_ptr<model::RequestEncoder>> encoders_;  // by agent id
   bool stopping_ = false;
 };
 

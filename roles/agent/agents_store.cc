@@ -404,6 +404,21 @@ Result<ItemRow> append_item(db::Database& d, const std::string& agent_id,
   return item;
 }
 
+Result<std::vector<ItemRow>> append_items(db::Database& d, const std::string& agent_id,
+                                          const std::string& turn_id,
+                                          std::span<const NewItem> items, int64_t now_ms) {
+  ASSIGN_OR_RETURN(db::Transaction txn, d.begin());
+  std::vector<ItemRow> out;
+  out.reserve(items.size());
+  for (const NewItem& n : items) {
+    ASSIGN_OR_RETURN(ItemRow item,
+                     insert_item(d, agent_id, turn_id, n.role, n.kind, n.payload, now_ms));
+    out.push_back(std::move(item));
+  }
+  RETURN_IF_ERROR(txn.commit());
+  return out;
+}
+
 Status end_turn(db::Database& d, const std::string& turn_id, std::string_view state,
                 const std::string& error, int64_t now_ms) {
   ASSIGN_OR_RETURN(db::Transaction txn, d.begin());

@@ -105,6 +105,19 @@ Result<ItemRow> append_item(db::Database& d, const std::string& agent_id,
                             const std::string& turn_id, std::string_view role,
                             std::string_view kind, const std::string& payload, int64_t now_ms);
 
+// One item for append_items().
+struct NewItem {
+  std::string role;
+  std::string kind;
+  std::string payload;
+};
+
+// Appends |items| (seq = the agent's next, in order) and their events in one transaction, so
+// a model step's text and tool calls cost one commit. Returns the rows, in order.
+Result<std::vector<ItemRow>> append_items(db::Database& d, const std::string& agent_id,
+                                          const std::string& turn_id,
+                                          std::span<const NewItem> items, int64_t now_ms);
+
 // Ends a running turn as |state| ("done" | "failed" | "cancelled" | "waiting_for_user") with
 // |error| and appends an "agents" event. A turn already ended is left alone (returns ok).
 Status end_turn(db::Database& d, const std::string& turn_id, std::string_view state,

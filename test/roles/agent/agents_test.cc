@@ -19,13 +19,16 @@
 #include "test_util.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -445,6 +448,74 @@ TEST_CASE("Session.Events: resumed from an offset after a disconnect, nothing lo
   // created, turn running, user text, tool call, tool result, text, turn done: 7 events.
   CHECK(full.events.size() == 7);
   CHECK(joined == all);
+}
+
+TEST_CASE("Session.Events: no text delta comes after the durable text item it makes up",
+          "[agent][agents][integration]") {
+  // Before the fix a subscriber woken by the last deltas read the log after the loop had
+  // stored the text, sent the item, and only then the queued deltas: most turns showed it.
+  constexpr int kTurns = 10;
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  json script = json::array();
+  for (int t = 0; t < kTurns; ++t) {
+    json chunks = json::array();
+    for (int c = 0; c < 8; ++c) chunks.push_back(fmt::format("t{}c{} ", t, c));
+    script.push_back({{"wire", "openai"}, {"chunks", chunks}});
+  }
+  REQUIRE(gw.set_script(script).ok());
+  std::vector<v1::Event> events;
+  std::vector<std::string> turns;
+  with_agent(config_for(s, gw, model::Wire::kOpenAi), [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    v1::Agents::Stub stub(channel);
+    v1::CreateAgentRequest create;
+    auto a = co_await stub.Create(create, call_options_with(one(s.credential())));
+    if (!a.ok()) co_return;
+    v1::Session::Stub session(channel);
+    v1::EventsRequest er;
+    auto stream = co_await session.Events(er, call_options_with(one(s.credential()), 60s));
+    if (!stream.ok()) co_return;
+    auto first = co_await stream->read();  // the agent's creation: subscribed before any turn
+    if (!first) co_return;
+    for (int t = 0; t < kTurns; ++t) {
+      v1::SendRequest send;
+      send.set_agent_id(a->id());
+      send.set_prompt(fmt::format("turn {}", t));
+      auto sent = co_await stub.Send(send, call_options_with(one(s.credential())));
+      if (!sent.ok()) break;
+      turns.push_back(sent->turn_id());
+      while (auto ev = co_await stream->read()) {
+        events.push_back(*ev);
+        if (ended(*ev, sent->turn_id())) break;
+      }
+    }
+    stream->call().cancel();
+    channel->close();
+  });
+  REQUIRE(turns.size() == static_cast<size_t>(kTurns));
+  std::map<std::string, std::string> text_of, deltas_of;
+  std::set<std::string> stored;  // turns whose assistant text item has arrived
+  int late = 0;
+  for (const auto& ev : events) {
+    if (ev.has_delta()) {
+      if (stored.count(ev.delta().turn_id()) > 0) ++late;
+      deltas_of[ev.delta().turn_id()] += ev.delta().text();
+    } else if (ev.has_item() && ev.item().role() == "assistant") {
+      stored.insert(ev.item().turn_id());
+      text_of[ev.item().turn_id()] = json::parse(ev.item().payload_json())["text"];
+    }
+  }
+  CHECK(late == 0);
+  for (int t = 0; t < kTurns; ++t) {
+    INFO("turn " << t);
+    std::string want;
+    for (int c = 0; c < 8; ++c) want += fmt::format("t{}c{} ", t, c);
+    CHECK(text_of[turns[t]] == want);
+    CHECK(deltas_of[turns[t]] == want);  // and none was dropped
+  }
 }
 
 TEST_CASE("Agents: a resent client_nonce returns the same agent and the same turn",
