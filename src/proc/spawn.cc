@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -152,6 +153,7 @@ enum ChildStep : int32_t {
   kStepSetuid,
   kStepChdir,
   kStepExec,
+  kStepParentDeathSignal,
 };
 
 // Everything the child needs, prepared by the parent so that the child allocates nothing.
@@ -167,6 +169,8 @@ struct ChildPlan {
   std::vector<gid_t> groups;
   gid_t gid = 0;
   uid_t uid = 0;
+  int parent_death_signal = 0;
+  pid_t parent = 0;  // getpid() of the parent before fork()
   int report_fd = -1;
 };
 
@@ -229,6 +233,13 @@ bool exec_should_try_next(int err) {
       child_fail(plan.report_fd, kStepSetuid, errno);
     }
   }
+  // After the switch: a change of credentials clears the parent-death signal.
+  if (plan.parent_death_signal != 0) {
+    if (::prctl(PR_SET_PDEATHSIG, plan.parent_death_signal, 0, 0, 0) != 0)
+      child_fail(plan.report_fd, kStepParentDeathSignal, errno);
+    // The parent died before the prctl: no signal will come, so do not run unwatched.
+    if (::getppid() != plan.parent) ::_exit(127);
+  }
   // After the switch, so the user's own permissions decide whether they may enter it.
   if (plan.cwd != nullptr && ::chdir(plan.cwd) != 0) child_fail(plan.report_fd, kStepChdir, errno);
 
@@ -264,6 +275,8 @@ Status child_error_status(const ChildError& e, const SpawnOptions& options, cons
       return errno_status(e.err, fmt::format("chdir {}", options.cwd->string()));
     case kStepExec:
       return errno_status(e.err, fmt::format("exec {}", options.argv[0]));
+    case kStepParentDeathSignal:
+      return errno_status(e.err, "prctl(PR_SET_PDEATHSIG)");
     default:
       return internal_error(fmt::format("spawn: unknown child failure step {}", e.step));
   }
@@ -392,6 +405,8 @@ Result<Process> spawn(const asio::any_io_executor& executor, const SpawnOptions&
   ASSIGN_OR_RETURN(Pipe report, make_pipe());
   plan.report_fd = report.write.get();
   plan.setsid = options.new_session || options.pty.has_value();
+  plan.parent_death_signal = options.parent_death_signal;
+  plan.parent = ::getpid();
 
   for (const auto& a : options.argv) plan.argv.push_back(a.c_str());
   plan.argv.push_back(nullptr);

@@ -87,6 +87,14 @@ struct SpawnOptions {
   // but the PTY (if any). Implied by |pty|.
   bool new_session = false;
 
+  // Signal the child gets when the thread that spawned it ends (PR_SET_PDEATHSIG, set after
+  // the user switch, which would clear it), e.g. SIGKILL so that a helper never outlives its
+  // parent, even one killed with -9. 0: none. A parent that died between fork() and the
+  // prctl is noticed and the child exits (127) instead of running unwatched. Note: it is the
+  // spawning *thread*, so spawn from a thread that lives as long as the process (a role's
+  // io_context thread does).
+  int parent_death_signal = 0;
+
   // Give the child a pseudo-terminal as stdin, stdout, stderr and controlling terminal.
   // The stdio modes below are then ignored and Process::pty_master() is the parent's end.
   std::optional<PtyOptions> pty;
