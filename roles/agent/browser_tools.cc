@@ -12,6 +12,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -197,6 +198,25 @@ Snapshot render_snapshot(const json& nodes, uint64_t first_ref, size_t max_lines
 namespace {
 
 constexpr std::string_view kLoopback = "127.0.0.1";
+constexpr std::string_view kDialogOpening = "Page.javascriptDialogOpening";
+constexpr std::string_view kDialogClosed = "Page.javascriptDialogClosed";
+
+// Chromium's words when Page.handleJavaScriptDialog finds nothing to answer.
+bool no_dialog_showing(const Status& s) {
+  return s.message().find("No dialog is showing") != std::string_view::npos;
+}
+
+void set_dialog_interrupts(cdp::Connection& c, bool on) {
+  std::set<std::string> methods;
+  if (on) methods.insert(std::string(kDialogOpening));
+  c.set_interrupting_events(std::move(methods));
+}
+
+// The tools that act on the page, which a dialog blocks.
+bool blocked_by_dialog(std::string_view tool) {
+  return tool == "browser_click" || tool == "browser_type" || tool == "browser_press" ||
+         tool == "browser_scroll" || tool == "browser_screenshot";
+}
 
 // True while |pid| runs (not a zombie, not gone).
 bool process_alive(pid_t pid) {
@@ -424,11 +444,13 @@ asio::awaitable<void> BrowserTools::shutdown() {
   refs_.clear();
   refs_gone_ = "the browser was stopped";
   refs_from_ = next_ref_;
+  dialog_ = Dialog();
 }
 
 asio::awaitable<void> BrowserTools::lost() {
   cdp_.reset();
   session_.clear();
+  dialog_ = Dialog();
   if (process_ && !process_alive(process_->pid())) {
     auto status = co_await process_->wait();
     log_lost(status.ok() ? status->to_string() : std::string(status.status().message()));
@@ -530,6 +552,9 @@ asio::awaitable<Status> BrowserTools::start() {
   o.cwd = profile;
   if (user->switch_user) o.user = user->account.name;
   o.new_session = true;
+  // An agent killed with -9 runs no destructor: the kernel kills the browser then, and its
+  // helpers follow it (kill_profile_processes() at the next start stays as the fallback).
+  o.parent_death_signal = SIGKILL;
   o.stdin_mode = proc::Stdio::kNull;
   o.stdout_mode = proc::Stdio::kNull;
   o.stderr_mode = proc::Stdio::kNull;
@@ -600,6 +625,8 @@ asio::awaitable<Status> BrowserTools::attach() {
   if (session_.empty()) co_return internal_error("Target.attachToTarget gave no sessionId");
   auto enabled = co_await cdp_->call("Page.enable", json::object(), session_, deadline);
   if (!enabled.ok()) co_return enabled.status();
+  dialog_ = Dialog();
+  set_dialog_interrupts(*cdp_, true);
   json metrics = {{"width", config_.width},
                   {"height", config_.height},
                   {"deviceScaleFactor", 1},
@@ -613,7 +640,69 @@ asio::awaitable<Status> BrowserTools::attach() {
 asio::awaitable<Result<json>> BrowserTools::page(std::string method, json params) {
   auto r = co_await cdp_->call(std::move(method), std::move(params), session_,
                                net::after(config_.command_timeout));
+  if (!r.ok() && r.status().code() == Code::kAborted) {
+    // A dialog opened: the page answers nothing until it is handled (run() reports it).
+    absorb_dialog_events();
+    interrupted_ = true;
+  }
   co_return r;
+}
+
+void BrowserTools::absorb_dialog_events() {
+  if (!cdp_) return;
+  const std::string session = session_;
+  auto is_dialog_event = [&session](const cdp::Event& e) {
+    return e.session_id == session && (e.method == kDialogOpening || e.method == kDialogClosed);
+  };
+  while (auto e = cdp_->take_event(is_dialog_event)) {
+    if (e->method == kDialogClosed) {
+      dialog_.open = false;
+      continue;
+    }
+    const json& p = e->params;
+    dialog_.open = true;
+    dialog_.type = p.is_object() ? p.value("type", std::string("alert")) : "alert";
+    dialog_.message = p.is_object() ? p.value("message", std::string()) : "";
+    dialog_.default_prompt = p.is_object() ? p.value("defaultPrompt", std::string()) : "";
+    dialog_.url = p.is_object() ? p.value("url", std::string()) : "";
+    ++dialogs_opened_;
+  }
+}
+
+asio::awaitable<Status> BrowserTools::handle_dialog(bool accept, const std::string* prompt_text) {
+  json params = {{"accept", accept}};
+  if (prompt_text != nullptr) params["promptText"] = *prompt_text;
+  // The dialog's opening event may still be unread on the socket: it must not interrupt the
+  // command that answers it.
+  set_dialog_interrupts(*cdp_, false);
+  auto r = co_await cdp_->call("Page.handleJavaScriptDialog", std::move(params), session_,
+                               net::after(config_.command_timeout));
+  if (cdp_) set_dialog_interrupts(*cdp_, true);
+  absorb_dialog_events();
+  if (!r.ok()) {
+    if (no_dialog_showing(r.status())) dialog_.open = false;
+    co_return r.status();
+  }
+  dialog_.open = false;
+  co_return Status();
+}
+
+std::string BrowserTools::dialog_note() const {
+  const bool prompt = dialog_.type == "prompt";
+  return fmt::format(
+      "the page opened {} {} dialog: {}{}\nThe page is blocked until the dialog is answered: call "
+      "browser_dialog with accept true (OK{}) or false (Cancel){}.",
+      dialog_.type == "alert" ? "an" : "a", dialog_.type, quote(one_line(dialog_.message, 2000)),
+      prompt ? fmt::format(" (default answer: {})", quote(one_line(dialog_.default_prompt, 300)))
+             : std::string(),
+      dialog_.type == "beforeunload" ? ": leave the page" : "",
+      prompt ? ", and prompt_text for the answer" : "");
+}
+
+json BrowserTools::dialog_json() const {
+  json d = {{"type", dialog_.type}, {"message", dialog_.message}, {"url", dialog_.url}};
+  if (dialog_.type == "prompt") d["default_prompt"] = dialog_.default_prompt;
+  return d;
 }
 
 asio::awaitable<Result<json>> BrowserTools::evaluate(std::string expression) {
@@ -682,6 +771,15 @@ asio::awaitable<ToolResult> BrowserTools::run(std::string_view name, const json&
   while (true) {
     Status up = co_await ensure();
     if (!up.ok()) co_return failure(up.with_prefix("the browser is not available"));
+    absorb_dialog_events();
+    if (dialog_.open && blocked_by_dialog(name)) {
+      ToolResult blocked =
+          text_result(fmt::format("{} did nothing: {}", name, dialog_note()), true);
+      blocked.structured = {{"dialog", dialog_json()}};
+      co_return blocked;
+    }
+    interrupted_ = false;
+    const uint64_t opened_before = dialogs_opened_;
     ToolResult r;
     if (name == "browser_navigate") {
       r = co_await navigate(args);
@@ -695,6 +793,8 @@ asio::awaitable<ToolResult> BrowserTools::run(std::string_view name, const json&
       r = co_await press(args);
     } else if (name == "browser_scroll") {
       r = co_await scroll(args);
+    } else if (name == "browser_dialog") {
+      r = co_await dialog(args);
     } else {
       r = co_await screenshot();
     }
@@ -712,6 +812,18 @@ asio::awaitable<ToolResult> BrowserTools::run(std::string_view name, const json&
     } else if (cdp_ && !cdp_->is_open()) {
       co_await lost();
     }
+    absorb_dialog_events();
+    if (dialog_.open && dialogs_opened_ != opened_before) {
+      // The call made the page open a dialog (or met one it had opened meanwhile). A command
+      // it cut short is no failure of the tool: the dialog is what happened.
+      if (interrupted_ && r.is_error) {
+        r = text_result(dialog_note());
+      } else {
+        r.content.push_back({{"type", "text"}, {"text", dialog_note()}});
+      }
+      if (!r.structured.is_object()) r.structured = json::object();
+      r.structured["dialog"] = dialog_json();
+    }
     co_return r;
   }
 }
@@ -721,9 +833,43 @@ asio::awaitable<ToolResult> BrowserTools::run(std::string_view name, const json&
 asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   auto url = normalize_url(args["url"].get<std::string>());
   if (!url.ok()) co_return failure(url.status());
+  // What happened to dialogs on the way, for the result's first lines.
+  std::string answered;
+  absorb_dialog_events();
+  if (dialog_.open) {
+    const std::string what = fmt::format("{} dialog {}", dialog_.type, quote(dialog_.message));
+    Status s = co_await handle_dialog(false, nullptr);
+    if (!s.ok() && !no_dialog_showing(s)) co_return failure(s);
+    answered += fmt::format("dismissed the {} that was open\n", what);
+  }
   cdp_->clear_events();
   json params = {{"url", *url}};
-  auto nav = co_await page("Page.navigate", std::move(params));
+  auto pending = co_await cdp_->send("Page.navigate", std::move(params), session_);
+  if (!pending.ok()) co_return failure(pending.status());
+  const net::Deadline nav_deadline = net::after(config_.command_timeout);
+  std::optional<Result<json>> reply;
+  while (!reply) {
+    auto got = co_await cdp_->wait_reply(*pending, nav_deadline);
+    if (got.ok() || got.status().code() != Code::kAborted) {
+      reply.emplace(std::move(got));
+      break;
+    }
+    // A dialog holds the navigation. The page's beforeunload asks to stay: the model asked to
+    // go, so leave (accept) and wait on for the same reply. Any other dialog is the model's.
+    absorb_dialog_events();
+    if (!dialog_.open || dialog_.type != "beforeunload") {
+      cdp_->forget(*pending);
+      interrupted_ = true;
+      co_return failure(got.status());
+    }
+    Status s = co_await handle_dialog(true, nullptr);
+    if (!s.ok() && !no_dialog_showing(s)) {
+      cdp_->forget(*pending);
+      co_return failure(s);
+    }
+    answered += "left the page, which asked to stay (its beforeunload dialog was accepted)\n";
+  }
+  Result<json>& nav = *reply;
   if (!nav.ok()) co_return failure(nav.status());
   if (auto e = nav->find("errorText"); e != nav->end() && e->is_string() && !e->empty())
     co_return text_result(fmt::format("could not open {}: {}", *url, e->get<std::string>()), true);
@@ -737,6 +883,15 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   if (nav->contains("loaderId")) {
     auto loaded = co_await cdp_->wait_event("Page.loadEventFired", session_,
                                             net::after(config_.navigate_timeout));
+    if (!loaded.ok() && loaded.status().code() == Code::kAborted) {
+      // A dialog while loading (an alert in onload): the page answers nothing until it is
+      // handled, so its title cannot be read now; run() adds the dialog.
+      absorb_dialog_events();
+      ToolResult r =
+          text_result(fmt::format("{}opened {} (a dialog stopped it loading)", answered, *url));
+      r.structured = {{"url", *url}, {"title", ""}, {"loaded", false}};
+      co_return r;
+    }
     if (!loaded.ok()) {
       if (loaded.status().code() != Code::kDeadlineExceeded) co_return failure(loaded.status());
       note = fmt::format(
@@ -750,13 +905,20 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   std::string href = pair.is_array() && pair.size() == 2 ? pair[0].get<std::string>() : *url;
   std::string title = pair.is_array() && pair.size() == 2 ? pair[1].get<std::string>() : "";
   const std::string shown_title = title.empty() ? std::string("(none)") : title;
-  ToolResult r = text_result(fmt::format("opened {}{}\ntitle: {}\ncall browser_snapshot to read it",
-                                         href, note, shown_title));
+  ToolResult r =
+      text_result(fmt::format("{}opened {}{}\ntitle: {}\ncall browser_snapshot to read it",
+                              answered, href, note, shown_title));
   r.structured = {{"url", href}, {"title", title}, {"loaded", note.empty()}};
   co_return r;
 }
 
 asio::awaitable<ToolResult> BrowserTools::snapshot() {
+  if (dialog_.open) {
+    // The page answers nothing while its dialog is open: the dialog is what there is to see.
+    ToolResult r = text_result(fmt::format("page: {}\n{}", dialog_.url, dialog_note()));
+    r.structured = {{"dialog", dialog_json()}};
+    co_return r;
+  }
   auto tree = co_await page("Accessibility.getFullAXTree", json::object());
   if (!tree.ok()) co_return failure(tree.status());
   Snapshot s = render_snapshot(tree->value("nodes", json::array()), next_ref_,
@@ -812,6 +974,8 @@ asio::awaitable<ToolResult> BrowserTools::click(const json& args) {
     if (std::string_view(type) == "mouseMoved") ev["button"] = "none";
     if (std::string_view(type) == "mousePressed") ev["buttons"] = 1;
     auto sent = co_await page("Input.dispatchMouseEvent", std::move(ev));
+    // A dialog the click opened holds the event's reply: the click happened.
+    if (!sent.ok() && sent.status().code() == Code::kAborted && dialog_.open) break;
     if (!sent.ok()) co_return failure(sent.status());
   }
   ToolResult r = text_result(fmt::format("clicked {} [ref={}]", target->label, ref));
@@ -939,7 +1103,9 @@ asio::awaitable<Status> BrowserTools::press_key(std::string_view spec) {
 asio::awaitable<ToolResult> BrowserTools::press(const json& args) {
   const std::string key = args["key"].get<std::string>();
   Status s = co_await press_key(key);
-  if (!s.ok()) co_return failure(s);
+  // A dialog the key opened (Enter on a form whose submit asks) holds the reply: it was pressed.
+  const bool opened_dialog = s.code() == Code::kAborted && dialog_.open;
+  if (!s.ok() && !opened_dialog) co_return failure(s);
   co_return text_result(fmt::format("pressed {}", key));
 }
 
@@ -976,6 +1142,26 @@ asio::awaitable<ToolResult> BrowserTools::scroll(const json& args) {
   auto s = co_await page("Input.dispatchMouseEvent", std::move(wheel));
   if (!s.ok()) co_return failure(s.status());
   co_return text_result(fmt::format("scrolled {} by {} px", direction, amount));
+}
+
+asio::awaitable<ToolResult> BrowserTools::dialog(const json& args) {
+  const bool accept = args["accept"].get<bool>();
+  std::optional<std::string> text;
+  if (args.contains("prompt_text")) text = args["prompt_text"].get<std::string>();
+  Status s = co_await handle_dialog(accept, text ? &*text : nullptr);
+  if (!s.ok() && no_dialog_showing(s))
+    co_return text_result("no dialog is open on the page: nothing to answer", true);
+  if (!s.ok()) co_return failure(s);
+  // dialog_ still describes the dialog just answered (its opening event may only have been
+  // read while answering it).
+  std::string with;
+  if (accept && dialog_.type == "prompt")
+    with = fmt::format(" with {}", quote(text ? *text : dialog_.default_prompt));
+  ToolResult r =
+      text_result(fmt::format("{} the {} dialog {}{}", accept ? "accepted" : "dismissed",
+                              dialog_.type, quote(one_line(dialog_.message, 2000)), with));
+  r.structured = {{"accepted", accept}, {"dialog", dialog_json()}};
+  co_return r;
 }
 
 asio::awaitable<ToolResult> BrowserTools::screenshot() {

@@ -1,8 +1,8 @@
 #pragma once
 // The browser tools (src/tools/browser_tools.json is their contract; README.md §Browser
 // tools): browser_navigate, browser_snapshot, browser_click, browser_type, browser_press,
-// browser_scroll and browser_screenshot, over the Chrome DevTools Protocol (src/cdp) to a
-// headless Chromium in the box.
+// browser_scroll, browser_dialog and browser_screenshot, over the Chrome DevTools Protocol
+// (src/cdp) to a headless Chromium in the box.
 //
 // The browser: started on the first browser_* call, as the box's desktop user (the account
 // resolve_exec_user() picks, as for Exec), headless, in its own session and process group,
@@ -18,6 +18,18 @@
 // with a ref (`- button "Save" [ref=e7]`). Refs are numbered on from one snapshot to the next,
 // so a ref from an older snapshot is recognised and refused instead of naming some other
 // element. They are valid until the next snapshot or navigation.
+//
+// Dialogs: a page's alert, confirm, prompt or beforeunload blocks the page (and every DevTools
+// command it would answer) until it is handled. Page.javascriptDialogOpening interrupts the
+// command that waits (cdp::Connection's interrupting events); the call's result then names the
+// dialog (type, message, a prompt's default) and says to answer it with browser_dialog. While
+// it is open, browser_snapshot shows it instead of the blocked page and the tools that act on
+// the page refuse with the same note; browser_navigate dismisses it, and accepts (leaves the
+// page) a beforeunload dialog its own navigation raises.
+//
+// The browser gets SIGKILL as its parent-death signal (PR_SET_PDEATHSIG, set in the child after
+// fork), so an agent killed with -9 does not leave Chromium running: its helpers (zygote,
+// renderers) follow the browser process when it dies.
 //
 // Results follow MCP's CallToolResult (ToolResult, as BoxTools). A failure of the tool itself
 // (a stale ref, a page that does not load, a browser that cannot start) is a result with
@@ -147,6 +159,16 @@ class BrowserTools final : public ToolSet {
   asio::awaitable<ToolResult> press(const nlohmann::json& args);
   asio::awaitable<ToolResult> scroll(const nlohmann::json& args);
   asio::awaitable<ToolResult> screenshot();
+  asio::awaitable<ToolResult> dialog(const nlohmann::json& args);
+
+  // Takes the dialog events queued on the connection, in order, into dialog_.
+  void absorb_dialog_events();
+  // Page.handleJavaScriptDialog without being interrupted by the dialog's own (unread)
+  // opening event. Errors as cdp::Connection::call().
+  asio::awaitable<Status> handle_dialog(bool accept, const std::string* prompt_text);
+  // "the page opened a confirm dialog: ..." with what to do about it.
+  std::string dialog_note() const;
+  nlohmann::json dialog_json() const;
 
   net::Executor executor_;
   BrowserConfig config_;
@@ -161,6 +183,18 @@ class BrowserTools final : public ToolSet {
   uint64_t next_ref_ = 1;
   uint64_t refs_from_ = 0;  // refs below this number are stale; 0: no snapshot yet
   std::string refs_gone_;   // why the last refs went away ("" : a newer snapshot)
+
+  // The page's JavaScript dialog, as the last Page.javascriptDialog* event left it.
+  struct Dialog {
+    bool open = false;
+    std::string type;  // alert | confirm | prompt | beforeunload
+    std::string message;
+    std::string default_prompt;
+    std::string url;
+  };
+  Dialog dialog_;
+  uint64_t dialogs_opened_ = 0;
+  bool interrupted_ = false;  // a command of the current call was cut short by a dialog
 
   bool busy_ = false;
   std::list<net::Timer*> waiters_;

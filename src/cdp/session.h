@@ -13,6 +13,12 @@
 // coroutine drives the connection at a time. A reply whose caller gave up (deadline,
 // cancellation) is dropped when it arrives.
 //
+// Interrupting events: a page that opens a JavaScript dialog stops answering until the dialog
+// is handled, so a command waiting for its reply would wait until its deadline. Events named
+// with set_interrupting_events() end the wait early (kAborted, the event left queued for the
+// caller to take). send() and wait_reply() let a caller handle such an event and then go on
+// waiting for the same reply (Page.navigate held by a beforeunload dialog).
+//
 // Affinity: the executor passed to connect(). REQUIRES: at most one call() or wait_event() at
 // a time.
 
@@ -24,7 +30,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -56,10 +66,33 @@ class Connection {
   asio::awaitable<Result<nlohmann::json>> call(std::string method, nlohmann::json params,
                                                std::string session_id, net::Deadline deadline);
 
+  // call() in two halves. send() writes the command and returns its id; wait_reply() reads
+  // until that reply and returns its "result" (errors as call()). When an interrupting event
+  // arrives first, wait_reply() returns kAborted and the reply stays expected: a later
+  // wait_reply(|pending|) returns it (kept when it arrives meanwhile); forget() gives it up.
+  // call() forgets its reply when interrupted.
+  struct Pending {
+    int64_t id = 0;
+    std::string method;
+  };
+  asio::awaitable<Result<Pending>> send(std::string method, nlohmann::json params,
+                                        std::string session_id);
+  asio::awaitable<Result<nlohmann::json>> wait_reply(Pending pending, net::Deadline deadline);
+  void forget(const Pending& pending) { expected_.erase(pending.id); }
+
   // The oldest queued event named |method| for |session_id| (taken off the queue), or the
-  // next one that arrives. Errors as call(), without error replies.
+  // next one that arrives. Errors as call(), without error replies; kAborted when an
+  // interrupting event other than |method| arrives first (it stays queued).
   asio::awaitable<Result<Event>> wait_event(std::string method, std::string session_id,
                                             net::Deadline deadline);
+
+  // Events (by method, any session) that end a wait for a reply or for another event.
+  void set_interrupting_events(std::set<std::string> methods) {
+    interrupting_ = std::move(methods);
+  }
+
+  // Takes the oldest queued event |match| accepts off the queue, if any.
+  std::optional<Event> take_event(const std::function<bool(const Event&)>& match);
 
   // Forgets the queued events.
   void clear_events() { events_.clear(); }
@@ -70,14 +103,22 @@ class Connection {
   asio::awaitable<void> close(net::Deadline deadline);
 
  private:
-  // Reads one message; a reply is stored in |reply| when its id is |want|, an event is queued.
-  // Returns true when |reply| was filled.
+  // Reads one message; a reply is stored in |reply| when its id is |want|, kept when another
+  // expected id's, an event is queued. Returns true when |reply| was filled.
   asio::awaitable<Result<bool>> read_one(int64_t want, nlohmann::json& reply,
                                          net::Deadline deadline);
+  // True when the last read_one() queued an event that interrupts a wait (and is not named
+  // |except|).
+  bool interrupted(std::string_view except) const;
 
   std::unique_ptr<http::WebSocketClient> socket_;
   int64_t next_id_ = 1;
   std::deque<Event> events_;
+  std::set<std::string> interrupting_;
+  bool queued_last_ = false;  // the last read_one() queued an event (events_.back())
+  // Replies still expected after an interrupted wait_reply(): id -> the reply once it came
+  // (null before).
+  std::map<int64_t, nlohmann::json> expected_;
 };
 
 }  // namespace cb::cdp

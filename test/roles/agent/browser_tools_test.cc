@@ -19,6 +19,7 @@
 #include <regex>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -42,6 +43,25 @@ constexpr std::string_view kPage = R"html(<!doctype html>
 <div style="height: 3000px"></div>
 <a href="#top" id="bottom">Back to top</a>
 </body></html>
+)html";
+
+// Every kind of JavaScript dialog, each opened by a button; Arm makes the page ask to stay.
+constexpr std::string_view kDialogPage = R"html(<!doctype html>
+<html><head><title>Dialogs</title></head>
+<body>
+<h1>Dialogs</h1>
+<button onclick="alert('Saved!'); document.getElementById('out').textContent = 'alerted';">Alert</button>
+<button onclick="document.getElementById('out').textContent = confirm('Delete it?') ? 'confirmed' : 'declined';">Confirm</button>
+<button onclick="document.getElementById('out').textContent = 'name: ' + prompt('Your name?', 'Bob');">Prompt</button>
+<button onclick="window.addEventListener('beforeunload', (e) => { e.preventDefault(); e.returnValue = 'unsaved'; }); document.getElementById('out').textContent = 'armed';">Arm</button>
+<p id="out">nothing yet</p>
+</body></html>
+)html";
+
+// A page that opens an alert while it loads.
+constexpr std::string_view kAlertOnLoadPage = R"html(<!doctype html>
+<html><head><title>Hello</title></head>
+<body onload="alert('Welcome aboard')"><p>loaded</p></body></html>
 )html";
 
 // Live processes (not zombies) whose command line names |needle|.
@@ -97,6 +117,12 @@ struct PageServer {
   explicit PageServer(asio::io_context& io) : server(io.get_executor(), router, {}) {
     router.handle("GET", "/", [](http::ServerRequest& req) -> asio::awaitable<void> {
       (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kPage);
+    });
+    router.handle("GET", "/dialogs", [](http::ServerRequest& req) -> asio::awaitable<void> {
+      (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kDialogPage);
+    });
+    router.handle("GET", "/alert-on-load", [](http::ServerRequest& req) -> asio::awaitable<void> {
+      (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kAlertOnLoadPage);
     });
     REQUIRE(server.listen_tcp("127.0.0.1", 0).ok());
     server.start();
@@ -334,6 +360,167 @@ TEST_CASE("BrowserTools: a browser that died is started again and old refs are r
     // The destructor kills the browser without shutdown().
   }
   CHECK(all_gone(f.profile.string()));
+}
+
+TEST_CASE("BrowserTools: JavaScript dialogs are reported and answered, never left to hang",
+          "[agent][browser][integration]") {
+  Fixture f;
+  asio::io_context io;
+  PageServer page(io);
+  {
+    BrowserTools browser(io.get_executor(), f.config);
+    run_sync(io, [&]() -> asio::awaitable<void> {
+      co_await asio::this_coro::throw_if_cancelled(false);
+      const json open_dialogs = json{{"url", page.url() + "dialogs"}};
+      ToolResult nav = co_await call(browser, "browser_navigate", open_dialogs);
+      INFO(nav.text());
+      REQUIRE_FALSE(nav.is_error);
+      ToolResult snap = co_await call(browser, "browser_snapshot", json::object());
+      const std::string s0 = snap.text();
+      INFO(s0);
+
+      // An alert: the click's result names it, and says how to answer it.
+      const json click_alert = json{{"ref", ref_of(s0, "button \"Alert\"")}};
+      ToolResult alerted = co_await call(browser, "browser_click", click_alert);
+      INFO(alerted.text());
+      CHECK_FALSE(alerted.is_error);
+      CHECK(alerted.text().find("clicked button \"Alert\"") != std::string::npos);
+      CHECK(alerted.text().find("alert dialog: \"Saved!\"") != std::string::npos);
+      CHECK(alerted.text().find("browser_dialog") != std::string::npos);
+      REQUIRE(alerted.structured.contains("dialog"));
+      CHECK(alerted.structured["dialog"]["type"] == "alert");
+      CHECK(alerted.structured["dialog"]["message"] == "Saved!");
+
+      // The next snapshot shows the dialog; acting on the blocked page is refused.
+      ToolResult blocked_snap = co_await call(browser, "browser_snapshot", json::object());
+      INFO(blocked_snap.text());
+      CHECK_FALSE(blocked_snap.is_error);
+      CHECK(blocked_snap.text().find("alert dialog: \"Saved!\"") != std::string::npos);
+      const json press_enter = json{{"key", std::string("Enter")}};
+      ToolResult refused = co_await call(browser, "browser_press", press_enter);
+      CHECK(refused.is_error);
+      CHECK(refused.text().find("did nothing") != std::string::npos);
+
+      const json ok = json{{"accept", true}};
+      ToolResult answered = co_await call(browser, "browser_dialog", ok);
+      INFO(answered.text());
+      CHECK_FALSE(answered.is_error);
+      CHECK(answered.text().find("accepted the alert dialog \"Saved!\"") != std::string::npos);
+      ToolResult after_alert = co_await call(browser, "browser_snapshot", json::object());
+      const std::string s1 = after_alert.text();
+      INFO(s1);
+      CHECK(s1.find("alerted") != std::string::npos);
+      CHECK(s1.find("dialog:") == std::string::npos);
+
+      // Nothing open: nothing to answer.
+      ToolResult none = co_await call(browser, "browser_dialog", ok);
+      CHECK(none.is_error);
+      CHECK(none.text().find("no dialog is open") != std::string::npos);
+
+      // A confirm dismissed: the page's script sees false.
+      const json click_confirm = json{{"ref", ref_of(s1, "button \"Confirm\"")}};
+      ToolResult confirm = co_await call(browser, "browser_click", click_confirm);
+      INFO(confirm.text());
+      CHECK(confirm.text().find("confirm dialog: \"Delete it?\"") != std::string::npos);
+      const json cancel = json{{"accept", false}};
+      ToolResult dismissed = co_await call(browser, "browser_dialog", cancel);
+      CHECK(dismissed.text().find("dismissed the confirm dialog") != std::string::npos);
+      ToolResult after_confirm = co_await call(browser, "browser_snapshot", json::object());
+      const std::string s2 = after_confirm.text();
+      INFO(s2);
+      CHECK(s2.find("declined") != std::string::npos);
+
+      // A prompt, answered with text.
+      const json click_prompt = json{{"ref", ref_of(s2, "button \"Prompt\"")}};
+      ToolResult prompt = co_await call(browser, "browser_click", click_prompt);
+      INFO(prompt.text());
+      CHECK(prompt.text().find("prompt dialog: \"Your name?\" (default answer: \"Bob\")") !=
+            std::string::npos);
+      CHECK(prompt.structured["dialog"]["default_prompt"] == "Bob");
+      const json answer = json{{"accept", true}, {"prompt_text", std::string("Ada")}};
+      ToolResult typed = co_await call(browser, "browser_dialog", answer);
+      CHECK(typed.text().find("with \"Ada\"") != std::string::npos);
+      ToolResult after_prompt = co_await call(browser, "browser_snapshot", json::object());
+      const std::string s3 = after_prompt.text();
+      INFO(s3);
+      CHECK(s3.find("name: Ada") != std::string::npos);
+
+      // A page that asks to stay (beforeunload, after a click gave it a user gesture): going
+      // elsewhere leaves it anyway, and says so.
+      const json click_arm = json{{"ref", ref_of(s3, "button \"Arm\"")}};
+      ToolResult armed = co_await call(browser, "browser_click", click_arm);
+      CHECK_FALSE(armed.is_error);
+      ToolResult after_arm = co_await call(browser, "browser_snapshot", json::object());
+      CHECK(after_arm.text().find("armed") != std::string::npos);
+      const json home = json{{"url", page.url()}};
+      ToolResult left = co_await call(browser, "browser_navigate", home);
+      INFO(left.text());
+      CHECK_FALSE(left.is_error);
+      CHECK(left.text().find("beforeunload") != std::string::npos);
+      CHECK(left.text().find("title: Box test page") != std::string::npos);
+
+      // An alert while loading: the navigation reports it; the next navigation dismisses it.
+      const json on_load = json{{"url", page.url() + "alert-on-load"}};
+      ToolResult loading = co_await call(browser, "browser_navigate", on_load);
+      INFO(loading.text());
+      CHECK_FALSE(loading.is_error);
+      CHECK(loading.text().find("alert dialog: \"Welcome aboard\"") != std::string::npos);
+      ToolResult away = co_await call(browser, "browser_navigate", home);
+      INFO(away.text());
+      CHECK_FALSE(away.is_error);
+      CHECK(away.text().find("dismissed the alert dialog \"Welcome aboard\"") != std::string::npos);
+      CHECK(away.text().find("title: Box test page") != std::string::npos);
+
+      co_await browser.shutdown();
+      co_await page.server.shutdown(net::after(2s));
+    }());
+  }
+  CHECK(all_gone(f.profile.string()));
+}
+
+TEST_CASE("BrowserTools: Chromium does not outlive an agent killed with SIGKILL",
+          "[agent][browser][integration]") {
+  Fixture f;
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    // The stand-in agent: starts Chromium through BrowserTools, says its pid, and waits to be
+    // killed. It never returns into the test framework.
+    ::close(report[0]);
+    pid_t browser_pid = 0;
+    try {
+      asio::io_context io;
+      BrowserTools browser(io.get_executor(), f.config);
+      run_sync(io, [&]() -> asio::awaitable<void> {
+        const json blank = json{{"url", std::string("about:blank")}};
+        auto r = co_await browser.call("browser_navigate", blank);
+        if (r.ok() && !r->is_error) browser_pid = browser.browser_pid();
+      }());
+      [[maybe_unused]] ssize_t n = ::write(report[1], &browser_pid, sizeof browser_pid);
+      while (true) ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(report[1]);
+  pid_t browser_pid = 0;
+  const ssize_t n = ::read(report[0], &browser_pid, sizeof browser_pid);
+  ::close(report[0]);
+  const bool started = n == static_cast<ssize_t>(sizeof browser_pid) && browser_pid > 0;
+  if (started) CHECK(!processes_naming(f.profile.string()).empty());
+  ::kill(agent, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(agent, &status, 0) == agent);
+  REQUIRE(started);
+  // No destructor ran in the killed agent: only the parent-death signal can end Chromium.
+  const bool gone = all_gone(f.profile.string());
+  CHECK(gone);
+  if (!gone) {
+    for (pid_t p : processes_naming(f.profile.string())) ::kill(p, SIGKILL);
+    all_gone(f.profile.string());
+  }
 }
 
 TEST_CASE("render_snapshot: roles, names, states, refs and the cap", "[agent][browser][unit]") {

@@ -74,7 +74,7 @@ TEST_CASE("contract: the browser tools are well formed and named as issue 6 name
   for (const auto& t : browser_tools()) names.insert(t["name"].get<std::string>());
   CHECK(names == std::set<std::string>{"browser_navigate", "browser_snapshot", "browser_click",
                                        "browser_type", "browser_press", "browser_scroll",
-                                       "browser_screenshot"});
+                                       "browser_dialog", "browser_screenshot"});
   // No browser tool shares a name with a box tool: the model loop offers both lists.
   for (const auto& n : names) CHECK(find_tool(box_tools(), n) == nullptr);
   const json& type = (*find_tool(browser_tools(), "browser_type"))["inputSchema"];
