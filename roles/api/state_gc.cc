@@ -434,7 +434,15 @@ StateGc::StateGc(net::Executor executor, Store& db, const crypto::SymmetricKey& 
       store_(store),
       options_(std::move(options)),
       interval_(interval),
-      alive_(std::make_shared<bool>(true)) {}
+      alive_(std::make_shared<bool>(true)) {
+  // Each step (a box pruned, the mark, each delete batch) at debug level; the line per user
+  // at info. Called on blocking threads too (log::write takes a lock).
+  if (!options_.progress) {
+    options_.progress = [](const std::string& line) {
+      log::debug("state gc progress", {{"step", line}});
+    };
+  }
+}
 
 StateGc::~StateGc() { *alive_ = false; }
 

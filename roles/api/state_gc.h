@@ -10,7 +10,8 @@
 //   gc_user_offline()  the same, synchronously, for `cocoonbox api state prune`, which holds
 //                      the data dir's lock (data_dir_lock.h), so no api runs meanwhile.
 //   StateGc            the api's loop: a pass over every user with state once shortly after
-//                      start and then every |interval| (0 = never); one log line per user.
+//                      start and then every |interval| (0 = never); one log line per user,
+//                      and one per step at debug level ("state gc progress").
 //   state prune        `cocoonbox api state prune [--now T] [--dry-run] [--json] [-v]
 //                      [--user NAME]`: add_state_commands() / run_state_command().
 //

@@ -10,10 +10,12 @@
 #     exactly the chunks the kept snapshots reference: each save's new chunk files are
 #     recorded from the store's listing, so a snapshot's chunks are the base's plus its own;
 #   - a file restore from every kept snapshot has the sha256 written before that save;
-#   - kill -9 of the api in the middle of a large save (once its chunks reach the store) and
-#     of `state prune` in the middle of its deletes (blocked writing its progress to a full
-#     pipe, a real observable point): every committed snapshot still restores byte-exact, the
-#     next save works, and the next sweep leaves exactly the referenced chunks;
+#   - kill -9 of the api in the middle of a large save (once its chunks reach the store), of
+#     `state prune` in the middle of its deletes and of the api in the middle of its own
+#     pass's deletes (killed once its 6th delete batch's progress line was read from a 4 KiB
+#     pipe that is then no longer read, so it cannot get more than a pipe's worth of lines
+#     further: a real observable point, no timing): every committed snapshot still restores
+#     byte-exact, the next save works, and the next sweep leaves exactly the referenced chunks;
 #   - the api's own pass at start logs one line for the user with what it dropped and freed.
 # Usage: state_gc.sh PATH_TO_COCOONBOX
 source "$(dirname "$0")/lib.sh" "$1"
@@ -247,7 +249,7 @@ ok "the next sweep removed the killed save's $(json 'v["users"][0]["chunks"]["de
 
 # --- kill -9 of state prune in the middle of its deletes ---
 start_api --autosave 0 --state-gc-interval 0
-rsh main 'head -c 40M /dev/urandom >/workspace/gc/junk' || fail "write junk"
+rsh main 'head -c 24M /dev/urandom >/workspace/gc/junk' || fail "write junk"
 save_recorded "$tmp/base.chunks" "$tmp/new.$s5"
 junk_chunks=$(wc -l <"$tmp/new.$snap")
 rsh main 'rm /workspace/gc/junk' || fail "rm junk"
@@ -255,12 +257,13 @@ save_recorded "$tmp/base.chunks" "$tmp/new.$s5"
 last=$snap
 stop_api
 chunks >"$tmp/c.before"
-# The progress goes to a 4 KiB pipe that is read up to the first delete line and then not at
-# all: the process blocks writing a later line, before that line's batch, with most of the
-# garbage still there. It is killed blocked (its write(2) on fd 2 in /proc/PID/syscall, the
-# pipe full), a point that does not depend on timing.
+# The progress goes to a 4 KiB pipe that is read up to the line announcing the 6th delete
+# batch and then not at all: batches 1-5 are done (each line is written before its batch),
+# and the process can write at most 4 KiB more (about 100 lines) before it blocks, so a kill
+# at any time after that lands in the deletes, with most of the garbage still there. No
+# timing is involved.
 /usr/bin/python3 - "$bin" "$data" >"$tmp/killed.txt" <<'PY' || fail "kill in the sweep: $(cat "$tmp/killed.txt")"
-import fcntl, os, subprocess, sys, termios, array, time
+import fcntl, os, subprocess, sys
 binary, data = sys.argv[1], sys.argv[2]
 r, w = os.pipe()
 fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe
@@ -268,7 +271,7 @@ p = subprocess.Popen([binary, "api", "--data-dir", data, "--state-keep", "all=1s
                       "--state-gc-batch", "1", "state", "prune", "--now", "+40d", "-v"],
                      stdout=subprocess.DEVNULL, stderr=w)
 os.close(w)
-line = b""
+line, first = b"", b""
 while True:
     c = os.read(r, 1)
     if not c:
@@ -276,24 +279,19 @@ while True:
     line += c
     if c == b"\n":
         if line.startswith(b"sweep u1: deleted "):
-            break
+            first = first or line
+            if line.startswith(b"sweep u1: deleted 5 of "):
+                break
         line = b""
-while True:  # blocked writing to the full pipe
-    n = array.array("i", [0])
-    fcntl.ioctl(r, termios.FIONREAD, n)
-    state = open(f"/proc/{p.pid}/syscall").read().split()
-    if p.poll() is not None:
-        sys.exit("state prune ended while the pipe was not read")
-    if n[0] >= 4000 and state[0] == "1":
-        break
-    time.sleep(0.01)
 p.kill()
 p.wait()
-print(line.decode().strip())
+print(first.decode().strip())
 PY
-grep -q "deleted 0 of $junk_chunks chunks" "$tmp/killed.txt" || fail "the sweep was to delete: $(cat "$tmp/killed.txt")"
-chunks >"$tmp/c.killed"
 sort "$tmp/base.chunks" "$tmp/new.$s5" | uniq >"$tmp/want.chunks"
+garbage=$(comm -13 "$tmp/want.chunks" "$tmp/c.before" | wc -l)
+(( garbage >= junk_chunks && garbage > 200 )) || fail "only $garbage garbage chunks"
+grep -q "deleted 0 of $garbage chunks" "$tmp/killed.txt" || fail "the sweep was to delete $garbage: $(cat "$tmp/killed.txt")"
+chunks >"$tmp/c.killed"
 killed_n=$(wc -l <"$tmp/c.killed")
 (( killed_n < $(wc -l <"$tmp/c.before") && killed_n > $(wc -l <"$tmp/want.chunks") )) ||
   fail "kill -9 did not land in the deletes: $killed_n chunks, from $(wc -l <"$tmp/c.before") toward $(wc -l <"$tmp/want.chunks")"
@@ -305,6 +303,60 @@ save_recorded "$tmp/base.chunks" "$tmp/new.$s5"
 [[ $(json 'v["snapshot"]["changed_files"]' <"$tmp/save.json") == 1 ]] || fail "save after the killed sweep: $(cat "$tmp/save.json")"
 ok "kill -9 of state prune in its deletes ($killed_n chunks left): the $n kept snapshots restore byte-exact; the next save works"
 
+after1=$tmp/new.$snap
+
+# --- kill -9 of the api in the middle of its own pass's deletes ---
+# The same pipe as above, on the api's stderr with its per-step debug lines (one per delete
+# batch, written before it): killed after the 6th batch's line, before it can get far.
+rsh main 'head -c 24M /dev/urandom >/workspace/gc/junk' || fail "write junk 2"
+save_recorded "$tmp/base.chunks" "$tmp/new.$s5" "$after1"
+junk_chunks=$(wc -l <"$tmp/new.$snap")
+rsh main 'rm /workspace/gc/junk' || fail "rm junk 2"
+save_recorded "$tmp/base.chunks" "$tmp/new.$s5" "$after1"
+stop_api
+chunks >"$tmp/c.before"
+COCOONBOX_LOG_LEVEL=debug /usr/bin/python3 - "$bin" "$data" "$port" >"$tmp/killed2.txt" <<'PY' || fail "kill in the api's sweep: $(cat "$tmp/killed2.txt")"
+import fcntl, os, subprocess, sys
+binary, data, port = sys.argv[1:4]
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe
+p = subprocess.Popen([binary, "api", "--data-dir", data, "--listen", "127.0.0.1:" + port,
+                      "--idle-hibernate", "0", "--autosave", "0", "--state-gc-interval", "24h",
+                      "--state-keep", "all=1s", "--state-gc-batch", "1"],
+                     stdout=subprocess.DEVNULL, stderr=w)
+os.close(w)
+line, first = b"", b""
+while True:
+    c = os.read(r, 1)
+    if not c:
+        sys.exit("the api ended before its sweep deleted: " + line.decode())
+    line += c
+    if c == b"\n":
+        if b'"state gc progress"' in line and b'"step":"sweep u1: deleted ' in line:
+            first = first or line
+            if b'"step":"sweep u1: deleted 5 of ' in line:
+                break
+        line = b""
+p.kill()
+p.wait()
+print(first.decode().strip())
+PY
+sort -u "$tmp/base.chunks" "$tmp/new.$s5" "$after1" >"$tmp/want.chunks"
+garbage=$(comm -13 "$tmp/want.chunks" "$tmp/c.before" | wc -l)
+(( garbage >= junk_chunks && garbage > 200 )) || fail "only $garbage garbage chunks"
+grep -q "deleted 0 of $garbage chunks" "$tmp/killed2.txt" || fail "the api's sweep was to delete $garbage: $(cat "$tmp/killed2.txt")"
+chunks >"$tmp/c.killed"
+killed_n=$(wc -l <"$tmp/c.killed")
+(( killed_n < $(wc -l <"$tmp/c.before") && killed_n > $(wc -l <"$tmp/want.chunks") )) ||
+  fail "kill -9 did not land in the api's deletes: $killed_n chunks, from $(wc -l <"$tmp/c.before") toward $(wc -l <"$tmp/want.chunks")"
+comm -23 "$tmp/want.chunks" "$tmp/c.killed" | grep -q . && fail "the killed api's sweep deleted a referenced chunk"
+start_api --autosave 0 --state-gc-interval 0
+n=$(restore_all)
+rsh main 'echo after the killed api >/workspace/gc/after2' || fail "write after2"
+save_recorded "$tmp/base.chunks" "$tmp/new.$s5" "$after1"
+after2=$tmp/new.$snap
+ok "kill -9 of the api in its own pass's deletes ($killed_n chunks left): the $n kept snapshots restore byte-exact; the next save works"
+
 # --- the api's own pass, at start: one log line for the user; the leftovers go ---
 stop_api
 start_api --autosave 0 --state-gc-interval 24h --state-keep all=1s
@@ -313,10 +365,10 @@ grep '"msg":"state gc"' "$tmp/err" >"$tmp/gc.log" || fail "no state gc line from
 [[ $(json 'v["user"]' <"$tmp/gc.log") == u1 ]] || fail "gc line: $(cat "$tmp/gc.log")"
 [[ $(json 'v["kept"]' <"$tmp/gc.log") == 1 ]] || fail "gc line kept: $(cat "$tmp/gc.log")"
 (( $(json 'v["chunks_deleted"]' <"$tmp/gc.log") > 0 )) || fail "gc line: $(cat "$tmp/gc.log")"
-(cat "$tmp/base.chunks" "$tmp/new.$s5" "$tmp/new.$snap") | sort -u >"$tmp/want.chunks"
+sort -u "$tmp/base.chunks" "$tmp/new.$s5" "$after1" "$after2" >"$tmp/want.chunks"
 chunks >"$tmp/got.chunks"
 cmp -s "$tmp/want.chunks" "$tmp/got.chunks" || fail "after the api's pass: chunks differ from the head's"
 n=$(restore_all)
-ok "the api's pass at start: $(json 'v["summary"]' <"$tmp/gc.log")"
+ok "the api's pass at start removed the leftovers: $(json 'v["summary"]' <"$tmp/gc.log")"
 
 echo "passed $passed"
