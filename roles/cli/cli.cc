@@ -538,7 +538,8 @@ _cocoonbox() {
     status|ensure|hibernate) COMPREPLY=($(compgen -W "--box --json --no-wait --help" -- "$cur")) ;;
     upgrade) COMPREPLY=($(compgen -W "--box --yes --json --no-wait --help" -- "$cur")) ;;
     boxes|logout) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
-    save|snapshots|browse|agents) COMPREPLY=($(compgen -W "--box --json --help" -- "$cur")) ;;
+    save) COMPREPLY=($(compgen -W "--box --quiesce --json --help" -- "$cur")) ;;
+    snapshots|browse|agents) COMPREPLY=($(compgen -W "--box --json --help" -- "$cur")) ;;
     restore) COMPREPLY=($(compgen -W "--snapshot --at --target --box --json --help" -- "$cur")) ;;
     chat) COMPREPLY=($(compgen -W "--box --agent --new --json --help" -- "$cur")) ;;
     mcp) COMPREPLY=($(compgen -W "--box --no-wake --help" -- "$cur")) ;;
@@ -584,7 +585,8 @@ _cocoonbox() {
     login) _arguments '--endpoint[api URL]:url:' '--token[- reads stdin]:token:(-)' '--credential-helper[command]:cmd:' '--json' ;;
     status|ensure|hibernate) _arguments '--box[box name]:name:' '--json' '--no-wait' ;;
     upgrade) _arguments '--box[box name]:name:' '--yes' '--json' '--no-wait' ;;
-    save|snapshots|browse|agents) _arguments '--box[box name]:name:' '--json' ;;
+    save) _arguments '--box[box name]:name:' '--quiesce[let turns end, copy agent.db]' '--json' ;;
+    snapshots|browse|agents) _arguments '--box[box name]:name:' '--json' ;;
     restore) _arguments '--snapshot[snapshot id]:id:' '--at[time]:time:' '--target[folder name]:name:' '--box[box name]:name:' '--json' ;;
     chat) _arguments '--box[box name]:name:' '--agent[agent id]:id:' '--new' '--json' ;;
     mcp) _arguments '--box[box name]:name:' '--no-wake' ;;
