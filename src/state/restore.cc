@@ -90,7 +90,7 @@ class Restorer {
   Restorer(Store& store, const StateKeys& keys, std::string_view user,
            const RestoreOptions& options)
       : store_(store), keys_(keys), user_(user), options_(options) {
-    chown_ = options.restore_owners && ::geteuid() == 0;
+    chown_ = (options.restore_owners || options.owner) && ::geteuid() == 0;
   }
 
   // Writes |entries| (path order) under the directory |root|, whose path is |root_path|.
@@ -164,6 +164,7 @@ class Restorer {
 
  private:
   std::pair<uid_t, gid_t> owner_of(const Entry& e) {
+    if (options_.owner) return {options_.owner->first, options_.owner->second};
     uid_t uid = e.uid;
     gid_t gid = e.gid;
     if (!e.user.empty()) {
@@ -228,6 +229,12 @@ class Restorer {
           return errno_status("mkdir " + std::string(dir.substr(0, end)), errno);
         }
         next = ::openat(at.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next >= 0 && chown_ && options_.owner &&
+            ::fchown(next, options_.owner->first, options_.owner->second) != 0) {
+          const int err = errno;
+          ::close(next);
+          return errno_status("chown " + std::string(dir.substr(0, end)), err);
+        }
       }
       if (next < 0) return errno_status("open " + std::string(dir.substr(0, end)), errno);
       at = Fd(next);
@@ -362,6 +369,12 @@ Result<RestoreResult> restore_snapshot(Store& store, const StateKeys& keys, std:
   }
   if (::fchmod(root.get(), kImplicitDirMode) != 0) {
     Status s = errno_status("chmod " + temp.string(), errno);
+    cleanup(temp);
+    return s;
+  }
+  if (options.owner && ::geteuid() == 0 &&
+      ::fchown(root.get(), options.owner->first, options.owner->second) != 0) {
+    Status s = errno_status("chown " + temp.string(), errno);
     cleanup(temp);
     return s;
   }

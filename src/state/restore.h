@@ -25,7 +25,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cb::state {
@@ -46,6 +48,11 @@ struct RestoreOptions {
   // Restore owners (uid/gid, by name where the name exists here) when running as root;
   // otherwise files belong to the caller. Modes, mtimes and symlinks are always restored.
   bool restore_owners = true;
+  // When set and running as root, every restored entry (and every folder the restore
+  // creates) belongs to this uid and gid instead, whatever restore_owners says: the user's
+  // own files brought back by an agent that is root and not the user (seed §3's privilege
+  // split: the tools run as the desktop user, who must own them).
+  std::optional<std::pair<uint32_t, uint32_t>> owner;
   // Called after each file (the agent's TransferProgress). May be empty.
   std::function<void(uint64_t files_done, uint64_t bytes_done)> progress;
 };

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -533,6 +534,43 @@ TEST_CASE("save: older manifests become deltas of newer ones, in bounded runs", 
     CHECK(m.status().message().find(ids[2]) != std::string::npos);
     CHECK(m.status().message().find(ids[5]) != std::string::npos);
   }
+}
+
+TEST_CASE("restore: an owner gives every restored entry and created folder that account",
+          "[state][unit]") {
+  if (::geteuid() != 0) {
+    WARN("not root: restore cannot give files away");
+    return;
+  }
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  RestoreOptions o;
+  o.paths = {"home/user/notes.txt", "home/user/work"};
+  o.target = (w.dir.path() / "Restored-owner").string();
+  o.restore_owners = false;
+  o.owner = std::make_pair(4321u, 8765u);
+  auto r = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+  REQUIRE(r.ok());
+  auto got = picture(o.target);
+  for (const auto& [p, n] : got) {
+    INFO(p);
+    CHECK(n.uid == 4321u);
+    CHECK(n.gid == 8765u);
+  }
+  // The target, the implicit "home", entries, a symlink and nested folders.
+  CHECK(got.size() > 10);
+  CHECK(got.count("home") == 1);
+  // A symlink (picture() names it by its target): lchown'd, not followed.
+  struct stat link {};
+  const auto link_path = std::filesystem::path(o.target) / "home/user/work/link";
+  REQUIRE(::lstat(link_path.c_str(), &link) == 0);
+  CHECK(S_ISLNK(link.st_mode));
+  CHECK(link.st_uid == 4321u);
+  CHECK(link.st_gid == 8765u);
+  // Modes are still the saved ones (chown first, then chmod).
+  CHECK(got["home/user/work/script.sh"].mode == 04755);
 }
 
 }  // namespace
