@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "roles/agent/agent_server.h"
+#include "roles/agent/exec_service.h"
 #include "roles/agent/flags.h"
 #include "roles/agent/version.h"
 
@@ -34,6 +35,24 @@ void log_start(const Flags& flags) {
                                {"socket", flags.socket_path},
                                {"identity", flags.identity_path},
                                {"data_dir", flags.data_dir}});
+}
+
+// Whether the tools run apart from the loop (seed §3 "Privilege split"): only an agent that
+// is root can hand them another account; otherwise they can read agent.db.
+void log_tools_user(const Flags& flags) {
+  auto user = resolve_exec_user(flags.desktop_user, ::geteuid());
+  if (!user.ok()) {
+    log::warn("tools' account unknown", {{"error", user.status().to_string()}});
+  } else if (user->switch_user) {
+    log::info("privilege split: tools run as the desktop user",
+              {{"user", user->account.name}, {"uid", static_cast<int64_t>(user->account.uid)}});
+  } else {
+    log::warn("NO PRIVILEGE SPLIT: tools run as the agent's own account and can read its data",
+              {{"user", user->account.name},
+               {"uid", static_cast<int64_t>(user->account.uid)},
+               {"why", ::geteuid() == 0 ? "the desktop user does not exist"
+                                        : "the agent does not run as root"}});
+  }
 }
 
 // Idle memory (issue 6: idle RSS <= 10 MB). Starting touches much that serving does not use
@@ -109,6 +128,7 @@ asio::awaitable<int> serve(Agent& agent, asio::signal_set& signals) {
 
 int run_agent(const Flags& flags) {
   log_start(flags);
+  log_tools_user(flags);
   asio::io_context io;
   AgentConfig config;
   config.socket_path = flags.socket_path;

@@ -73,6 +73,11 @@ Result<std::string> default_data_dir(bool is_root, const char* xdg_data_home, co
 
 std::variant<Flags, int> parse_flags(std::span<char* const> args) {
   Flags flags;
+  // The local backend names the account its user namespace maps for the tools.
+  if (const char* desktop = std::getenv("COCOONBOX_DESKTOP_USER");
+      desktop != nullptr && desktop[0] != '\0') {
+    flags.desktop_user = desktop;
+  }
   std::string listen;
   std::string data_dir;
   CLI::App app("The agent that lives in each box: serves cocoonbox.agent.v1.* to the api's edge.",
@@ -94,7 +99,8 @@ std::variant<Flags, int> parse_flags(std::span<char* const> args) {
                  "as root, else $XDG_DATA_HOME/cocoonbox-agent)");
   app.add_option("--desktop-user", flags.desktop_user,
                  "account Session.Exec runs processes as, when the agent runs as root and the "
-                 "account exists (else the agent's own)")
+                 "account exists (else the agent's own); default $COCOONBOX_DESKTOP_USER, "
+                 "else user")
       ->capture_default_str();
   app.add_option("--workspace", flags.workspace,
                  "Session.Exec's default working directory (the user's home when it does not "

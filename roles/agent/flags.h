@@ -48,8 +48,10 @@ struct Flags {
   std::optional<HostPort> listen;  // --listen; loopback unless allow_remote
   bool allow_remote = false;
   std::string identity_path = std::string(kDefaultIdentityPath);
-  std::string data_dir;                  // resolved: never empty in a returned Flags
-  std::string desktop_user = "user";     // Session.Exec runs as this account (agent as root)
+  std::string data_dir;  // resolved: never empty in a returned Flags
+  // Session.Exec and the tools run as this account (agent as root); $COCOONBOX_DESKTOP_USER
+  // when set (the local backend's privilege split), else "user".
+  std::string desktop_user = "user";
   std::string workspace = "/workspace";  // Session.Exec's default working directory
   // Agents' main model (README.md §Agents). Empty name: no model, Send is refused.
   std::string model;

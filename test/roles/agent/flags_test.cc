@@ -103,6 +103,23 @@ TEST_CASE("parse_flags: defaults and explicit values", "[agent][unit]") {
   CHECK(std::get<Flags>(e).workspace == "/srv/w");
 }
 
+TEST_CASE("parse_flags: COCOONBOX_DESKTOP_USER is --desktop-user's default", "[agent][unit]") {
+  ::setenv("COCOONBOX_DESKTOP_USER", "cocoonbox-box-desk", 1);
+  Args bare({"agent", "--data-dir", "/tmp/d"});
+  auto from_env = parse_flags(bare.span());
+  Args given({"agent", "--data-dir", "/tmp/d", "--desktop-user", "dev"});
+  auto explicit_flag = parse_flags(given.span());
+  ::setenv("COCOONBOX_DESKTOP_USER", "", 1);
+  auto empty = parse_flags(bare.span());
+  ::unsetenv("COCOONBOX_DESKTOP_USER");
+  REQUIRE(std::holds_alternative<Flags>(from_env));
+  CHECK(std::get<Flags>(from_env).desktop_user == "cocoonbox-box-desk");
+  REQUIRE(std::holds_alternative<Flags>(explicit_flag));
+  CHECK(std::get<Flags>(explicit_flag).desktop_user == "dev");
+  REQUIRE(std::holds_alternative<Flags>(empty));
+  CHECK(std::get<Flags>(empty).desktop_user == "user");
+}
+
 TEST_CASE("parse_flags: a non-loopback --listen needs --allow-remote", "[agent][unit]") {
   Args refused({"agent", "--data-dir", "/tmp/d", "--listen", "0.0.0.0:7000"});
   auto r = parse_flags(refused.span());
