@@ -386,7 +386,10 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     s.added_bytes = summary.uploaded_bytes();
     s.added_stored_bytes = summary.uploaded_stored_bytes();
     s.skipped = summary.skipped();
-    return state::commit_snapshot(store, keys, location, manifest, std::move(record), random);
+    // The parent's manifest then becomes a delta of this one (src/state README.md §Delta
+    // manifests): the head stays whole for the agent's next save.
+    return state::commit_snapshot(store, keys, location, manifest, std::move(record), random,
+                                  parent ? &*parent : nullptr);
   });
   if (!committed.ok()) {
     ++counters_.saves_failed;
@@ -520,8 +523,10 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
     const state::TimelineEntry* entry = timeline.find(snapshot_id);
     if (entry == nullptr)
       return not_found(fmt::format("snapshot_id: {} is not in the box's timeline", snapshot_id));
+    // The agent reads the manifest as one object: a delta is made whole first (§25.8).
     ASSIGN_OR_RETURN(state::Manifest manifest,
-                     state::load_manifest(store, keys, location, snapshot_id));
+                     state::materialize_manifest(store, keys, location, snapshot_id,
+                                                 crypto::system_random()));
     Plan p;
     p.saved_at_ms = entry->saved_at_ms;
     for (size_t i = 0; i < scope.size(); ++i) {
@@ -660,7 +665,8 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
     ASSIGN_OR_RETURN(p.head, state::load_head(store, keys, location));
     if (!p.head) return p;
     ASSIGN_OR_RETURN(state::Manifest manifest,
-                     state::load_manifest(store, keys, location, p.head->snapshot_id));
+                     state::materialize_manifest(store, keys, location, p.head->snapshot_id,
+                                                 crypto::system_random()));
     for (const auto& id : state::referenced_chunks(manifest)) p.chunks.insert(id.hex());
     return p;
   });
