@@ -3,6 +3,8 @@
  * box_init.c (C). Whoever fails writes one record to the report pipe and exits; the api
  * reads the pipe until end of file, which it sees once every holder has exec'd the agent
  * (the pipe is close-on-exec there), so EOF without a record means the agent runs.
+ * The one record that is not a failure, CB_STEP_USERNS_READY, asks the api for the user
+ * namespace's id maps.
  * See README.md §Start sequence. */
 
 #include <stdint.h>
@@ -29,6 +31,11 @@ enum {
   CB_STEP_NO_NEW_PRIVS = 12,
   CB_STEP_CHDIR = 13,
   CB_STEP_EXEC_INIT = 14,
+  CB_STEP_USERNS = 15,      /* unshare(CLONE_NEWUSER) */
+  CB_STEP_USERNS_WAIT = 16, /* waiting for the api to write the id maps */
+  /* Not a failure: the child is in its user namespace and waits for its id maps (err 0).
+   * The api writes them, answers on the go pipe and reads on. */
+  CB_STEP_USERNS_READY = 17,
   /* The init. */
   CB_STEP_INIT_SETUP = 20,
   CB_STEP_INIT_FORK = 21,

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <deque>
@@ -287,30 +288,125 @@ Status run_tool(std::vector<std::string> argv) {
   }
 }
 
-// The box user, created as a system user when missing. Several api processes (or tests)
-// may race to create it; useradd then fails for all but one, and the lookup settles it.
-Result<proc::User> ensure_box_user(const LocalOptions& options) {
+// A system user the boxes run as (|name|), created when missing and |create| is set.
+// Several api processes (or tests) may race to create it; useradd then fails for all but
+// one, and the lookup settles it.
+Result<proc::User> ensure_user(const std::string& name, bool create, const char* comment) {
   Status last;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    auto user = proc::lookup_user(options.box_user);
+    auto user = proc::lookup_user(name);
     if (user.ok()) {
-      if (user->uid == 0) {
-        return failed_precondition(fmt::format("box user {} is root", options.box_user));
+      if (user->uid == 0 || user->gid == 0) {
+        return failed_precondition(fmt::format("box user {} is root or in group root", name));
       }
       return user;
     }
-    if (!options.create_box_user) {
+    if (!create) {
       return failed_precondition(
-          fmt::format("box user {} does not exist: {}", options.box_user, user.status().message()));
+          fmt::format("box user {} does not exist: {}", name, user.status().message()));
     }
     last = run_tool({"useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-                     "/home/user", "--shell", "/bin/sh", "--comment", "cocoonbox box agent",
-                     options.box_user});
+                     "/home/user", "--shell", "/bin/sh", "--comment", comment, name});
     if (last.ok()) continue;
     std::this_thread::sleep_for(std::chrono::milliseconds(100 * (attempt + 1)));
   }
-  return failed_precondition(
-      fmt::format("cannot create box user {}: {}", options.box_user, last.message()));
+  return failed_precondition(fmt::format("cannot create box user {}: {}", name, last.message()));
+}
+
+// The id maps of a box's user namespace (README.md §Privilege split): in-box root is
+// |agent| on the host, the desktop account is itself, and nothing else exists in the box.
+// Written by the api (root in the parent namespace, so two entries are allowed), once.
+Status write_id_maps(pid_t pid, const proc::User& agent, const proc::User& desktop) {
+  fs::path dir = fs::path("/proc") / std::to_string(pid);
+  RETURN_IF_ERROR(write_file(dir / "uid_map",
+                             fmt::format("0 {} 1\n{} {} 1\n", agent.uid, desktop.uid, desktop.uid))
+                      .with_prefix("uid_map"));
+  return write_file(dir / "gid_map",
+                    fmt::format("0 {} 1\n{} {} 1\n", agent.gid, desktop.gid, desktop.gid))
+      .with_prefix("gid_map");
+}
+
+// Empty when a child can enter a user namespace of its own and get the two-entry id maps of
+// a box; else why not. Blocks briefly (one clone, two pipes).
+std::string probe_user_namespace(const proc::User& agent, const proc::User& desktop) {
+  auto ready = make_pipe();
+  auto go = make_pipe();
+  if (!ready.ok()) return ready.status().to_string();
+  if (!go.ok()) return go.status().to_string();
+  const int ready_fd = ready->write.get();
+  const int go_fd = go->read.get();
+  const int go_write_fd = go->write.get();
+  pid_t pid;
+  int clone_errno = 0;
+  {
+    SignalBlock block;
+    pid = clone_process(0);
+    if (pid == 0) {
+      // The child: raw system calls only (see local_child.cc).
+      ::close(go_write_fd);
+      int32_t err = ::unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
+      [[maybe_unused]] ssize_t n = ::write(ready_fd, &err, sizeof err);
+      if (err != 0) ::_exit(1);
+      char byte = 0;
+      if (::read(go_fd, &byte, 1) != 1) ::_exit(1);
+      // Root of the namespace: the agent's identity in a box.
+      bool root = ::syscall(SYS_setresgid, 0, 0, 0) == 0 && ::syscall(SYS_setresuid, 0, 0, 0) == 0;
+      ::_exit(root ? 0 : 2);
+    }
+    clone_errno = errno;
+  }
+  if (pid < 0) return fmt::format("clone failed: {}", errno_text(clone_errno));
+  ready->write.reset();
+  go->read.reset();
+  int32_t err = -1;
+  ssize_t n;
+  do {
+    n = ::read(ready->read.get(), &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  std::string why;
+  if (n != static_cast<ssize_t>(sizeof err)) {
+    why = "the user namespace probe died";
+  } else if (err != 0) {
+    why = fmt::format("unshare(CLONE_NEWUSER) failed: {}", errno_text(err));
+  } else if (Status mapped = write_id_maps(pid, agent, desktop); !mapped.ok()) {
+    why = fmt::format("writing a box's id maps failed: {}", mapped.message());
+  } else if (::write(go->write.get(), "g", 1) != 1) {
+    why = "the user namespace probe died";
+  }
+  go->write.reset();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (why.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    why = "the user namespace probe could not become root of its namespace";
+  }
+  return why;
+}
+
+// Hands a box directory made before the privilege split (its entries owned by the agent's
+// account) to the desktop account: every entry of |from| becomes |to|'s. lchown and no
+// symlink followed, so a link planted in the box cannot redirect it. Blocking, once per box.
+Status hand_over(const fs::path& dir, const proc::User& from, const proc::User& to) {
+  auto give = [&](const fs::path& p) -> Status {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0)
+      return errno_status(errno, fmt::format("lstat {}", p.string()));
+    if (st.st_uid != from.uid && st.st_gid != from.gid) return ok_status();
+    uid_t uid = st.st_uid == from.uid ? to.uid : st.st_uid;
+    gid_t gid = st.st_gid == from.gid ? to.gid : st.st_gid;
+    if (::lchown(p.c_str(), uid, gid) != 0) {
+      return errno_status(errno, fmt::format("chown {}", p.string()));
+    }
+    // chown clears set-id bits; a directory's setgid bit is worth keeping.
+    if (S_ISDIR(st.st_mode) && (st.st_mode & S_ISGID) != 0) ::chmod(p.c_str(), st.st_mode & 07777);
+    return ok_status();
+  };
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    RETURN_IF_ERROR(give(it->path()));
+  }
+  if (ec) return errno_status(ec.value(), fmt::format("walk {}", dir.string()));
+  return give(dir);
 }
 
 // The init, in a sealed memfd that every start() execs.
@@ -560,8 +656,35 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(LocalOptions options)
   }
   b->isolated_ = b->plain_reason_.empty();
   if (b->root_) {
-    ASSIGN_OR_RETURN(proc::User user, ensure_box_user(b->options_));
+    ASSIGN_OR_RETURN(proc::User user, ensure_user(b->options_.box_user, b->options_.create_box_user,
+                                                  "cocoonbox box agent"));
     b->box_user_ = std::move(user);
+  }
+  if (!b->root_) {
+    b->split_note_ = "the api does not run as root";
+  } else if (!b->isolated_) {
+    b->split_note_ = "boxes are not isolated";
+  } else if (!b->options_.split_users) {
+    b->split_note_ = "LocalOptions::split_users is off";
+  } else {
+    std::string name = b->options_.desktop_user.empty()
+                           ? fmt::format("{}-desk", b->options_.box_user)
+                           : b->options_.desktop_user;
+    ASSIGN_OR_RETURN(proc::User desk,
+                     ensure_user(name, b->options_.create_box_user, "cocoonbox box desktop"));
+    if (desk.uid == b->box_user_->uid || desk.gid == b->box_user_->gid) {
+      return failed_precondition(fmt::format(
+          "desktop user {} shares its uid or group with box user {}", name, b->box_user_->name));
+    }
+    // Only its own group is mapped into the box: setgroups() with any other would fail.
+    for (gid_t g : desk.groups) {
+      if (g != desk.gid) {
+        return failed_precondition(fmt::format(
+            "desktop user {} is a member of group {}; it must have only its own group", name, g));
+      }
+    }
+    b->split_note_ = probe_user_namespace(*b->box_user_, desk);
+    if (b->split_note_.empty()) b->desktop_user_ = std::move(desk);
   }
   CgroupSetup cgroups = probe_cgroups(b->options_);
   b->cgroup_dir_ = cgroups.dir;
@@ -575,6 +698,12 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(LocalOptions options)
   if (b->isolated_) {
     log::info("machines: local backend",
               {{"isolated", true}, {"note", b->isolation_note()}, {"cgroups", b->cgroup_note_}});
+    if (!b->desktop_user_) {
+      log::warn(
+          "machines: NO PRIVILEGE SPLIT: an agent's tools run as the agent's own account "
+          "and can read its database",
+          {{"why", b->split_note_}});
+    }
   } else {
     log::warn("machines: local backend runs boxes WITHOUT isolation",
               {{"isolated", false}, {"note", b->isolation_note()}});
@@ -590,10 +719,14 @@ std::string LocalBackend::isolation_note() const {
                                    : fmt::format("no cgroups ({}), hibernate by {}", cgroup_note_,
                                                  to_string(freeze_method_));
   if (isolated_) {
+    std::string split =
+        desktop_user_ ? fmt::format("root of a user namespace mapped to {}; tools as {} (uid {})",
+                                    user, desktop_user_->name, desktop_user_->uid)
+                      : fmt::format("{}, tools too (NO PRIVILEGE SPLIT: {})", user, split_note_);
     return fmt::format(
         "boxes run in their own mount, pid, uts and ipc namespaces with the host's / read-only, "
         "as {}; {}",
-        user, freeze);
+        split, freeze);
   }
   return fmt::format(
       "NOT ISOLATED: boxes run as plain processes of this host, as {}, because {}; a box can "
@@ -682,7 +815,7 @@ std::vector<fs::path> LocalBackend::hidden_paths(const MachineSpec& spec) const 
   return hidden;
 }
 
-Status LocalBackend::prepare_dirs(const MachineSpec& spec) {
+Status LocalBackend::prepare_dirs(const MachineSpec& spec, bool starting) {
   RETURN_IF_ERROR(validate_spec(spec));
   std::error_code ec;
   fs::create_directories(spec.box_dir, ec);
@@ -693,16 +826,27 @@ Status LocalBackend::prepare_dirs(const MachineSpec& spec) {
   }
   for (const auto& p : kBoxPaths) {
     fs::path dir = spec.box_dir / p.box_dir;
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    bool created = ::mkdir(dir.c_str(), 0700) == 0;
+    if (!created && errno != EEXIST) {
       return errno_status(errno, fmt::format("create {}", dir.string()));
     }
     bool run = p.box_dir == "run";
+    // With the privilege split the user's directories belong to the desktop account; the
+    // agent (root in the box's user namespace) reaches them anyway.
+    bool users = desktop_user_ && (p.box_dir == "home" || p.box_dir == "workspace");
     // The run dir: the api writes the identity there and the agent creates its socket.
     // Sticky and owned by root, so the agent cannot remove or replace the identity.
     mode_t mode = run ? (box_user_ ? 01775 : 0755) : (p.box_dir == "workspace" ? 0755 : 0700);
-    if (box_user_) {
-      uid_t uid = run ? 0 : box_user_->uid;
-      if (::chown(dir.c_str(), uid, box_user_->gid) != 0) {
+    // Owners change only when the box starts (or the directory is new): deliver_identity()
+    // also runs at a wake, and a box started before the split still runs as one account.
+    if (box_user_ && (created || starting)) {
+      const proc::User& owner = users ? *desktop_user_ : *box_user_;
+      struct stat st;
+      if (users && !created && ::lstat(dir.c_str(), &st) == 0 && st.st_uid == box_user_->uid) {
+        // A box from before the split: its files are the agent account's.
+        RETURN_IF_ERROR(hand_over(dir, *box_user_, *desktop_user_));
+      }
+      if (::chown(dir.c_str(), run ? 0 : owner.uid, run ? box_user_->gid : owner.gid) != 0) {
         return errno_status(errno, fmt::format("chown {}", dir.string()));
       }
     }
@@ -736,7 +880,15 @@ Result<LocalBackend::AgentCommand> LocalBackend::agent_command(const MachineSpec
   set_env(cmd.env, fmt::format("PATH={}", kUserPath));
   set_env(cmd.env, "LANG=C.UTF-8");
   set_env(cmd.env, fmt::format("HOME={}", in_box("/home/user")));
-  if (box_user_) {
+  if (desktop_user_) {
+    // Root of the box's user namespace; its tools run as the desktop account, which the
+    // agent finds in the host's /etc/passwd that the box shows (its ids are mapped to
+    // themselves). The agent's --desktop-user defaults to this variable.
+    set_env(cmd.env, "USER=root");
+    set_env(cmd.env, "LOGNAME=root");
+    set_env(cmd.env, "SHELL=/bin/sh");
+    set_env(cmd.env, fmt::format("COCOONBOX_DESKTOP_USER={}", desktop_user_->name));
+  } else if (box_user_) {
     set_env(cmd.env, fmt::format("USER={}", box_user_->name));
     set_env(cmd.env, fmt::format("LOGNAME={}", box_user_->name));
     set_env(cmd.env,
@@ -783,7 +935,7 @@ Result<LocalBackend::AgentCommand> LocalBackend::agent_command(const MachineSpec
 }
 
 Status LocalBackend::deliver_identity(const MachineSpec& spec, std::string_view identity_json) {
-  RETURN_IF_ERROR(prepare_dirs(spec));
+  RETURN_IF_ERROR(prepare_dirs(spec, /*starting=*/false));
   return internal::write_atomically(spec.box_dir / "run" / kIdentityFile, identity_json, 0644);
 }
 
@@ -806,7 +958,7 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
           fmt::format("box {} is already running as pid {}; adopt() it", spec.box_id, record->pid));
     }
   }
-  CO_RETURN_IF_ERROR(prepare_dirs(spec));
+  CO_RETURN_IF_ERROR(prepare_dirs(spec, /*starting=*/true));
   CO_ASSIGN_OR_RETURN(AgentCommand cmd, agent_command(spec));
   // A socket left by the previous run would accept nothing and mislead dialers.
   ::unlink((spec.box_dir / "run" / kAgentSocket).c_str());
@@ -873,9 +1025,11 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
   }
 
   auto report = make_pipe();
+  auto go = make_pipe();  // the privilege split's "id maps written" (README.md)
   auto null_fd = open_fd("/dev/null", O_RDWR);
   auto log_fd = open_fd(spec.box_dir / kAgentLog, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0640);
   Status opened = !report.ok()    ? report.status()
+                  : !go.ok()      ? go.status()
                   : !null_fd.ok() ? null_fd.status()
                                   : log_fd.status();
   if (!opened.ok()) {
@@ -908,6 +1062,9 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
   plan.ops = ops;
   plan.hostname = spec.box_id.c_str();
   plan.hostname_len = spec.box_id.size();
+  // In-namespace ids with the privilege split: root of the box's user namespace, which is
+  // the box user on the host; its only group is its own (gid 0 there).
+  const std::array<gid_t, 1> ns_groups = {0};
   if (box_user_) {
     plan.change_identity = true;
     plan.uid = box_user_->uid;
@@ -915,6 +1072,14 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
     plan.groups = box_user_->groups;
     // The host's setuid programs are visible in the box; they must not lead back to root.
     plan.no_new_privs = true;
+  }
+  if (desktop_user_) {
+    plan.new_user_ns = true;
+    plan.go_fd = go->read.get();
+    plan.go_write_fd = go->write.get();
+    plan.uid = 0;
+    plan.gid = 0;
+    plan.groups = ns_groups;
   }
   plan.cwd = cmd.cwd.c_str();
   plan.init_argv = init_argv.data();
@@ -933,6 +1098,7 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
     co_return errno_status(clone_errno, fmt::format("box {}: clone", spec.box_id));
   }
   report->write.reset();
+  go->read.reset();
 
   auto box = std::make_shared<Box>();
   box->id = spec.box_id;
@@ -954,13 +1120,25 @@ asio::awaitable<Status> LocalBackend::start_impl(MachineSpec spec) {
   if (ec) {
     failure = internal_error(fmt::format("box start: watch the report pipe: {}", ec.message()));
   } else {
-    auto outcome =
-        co_await net::with_deadline(read_report(pipe), net::after(options_.start_timeout),
-                                    fmt::format("box {} start", spec.box_id));
-    if (!outcome.ok()) {
-      failure = outcome.status();
-    } else if (outcome->has_value()) {
-      failure = internal::report_status(**outcome, ops, spec.agent_argv[0]);
+    const net::Deadline deadline = net::after(options_.start_timeout);
+    const std::string what = fmt::format("box {} start", spec.box_id);
+    // At most two records: CB_STEP_USERNS_READY (with the split), then a failure or EOF.
+    for (int round = 0; round < 2; ++round) {
+      auto outcome = co_await net::with_deadline(read_report(pipe), deadline, what);
+      if (!outcome.ok()) {
+        failure = outcome.status();
+      } else if (outcome->has_value() && (*outcome)->step == CB_STEP_USERNS_READY &&
+                 desktop_user_ && round == 0) {
+        failure = write_id_maps(pid, *box_user_, *desktop_user_).with_prefix("box start");
+        if (failure.ok() && ::write(go->write.get(), "g", 1) != 1) {
+          failure = errno_status(errno, "box start: release the child");
+        }
+        go->write.reset();
+        if (failure.ok()) continue;
+      } else if (outcome->has_value()) {
+        failure = internal::report_status(**outcome, ops, spec.agent_argv[0]);
+      }
+      break;
     }
   }
   if (failure.ok() && box->start_time == 0) failure = internal_error("box start: no start time");

@@ -6,7 +6,10 @@
 // /var/lib/cocoonbox-agent and /run/cocoonbox are writable binds of directories in box_dir;
 // /tmp and /run are fresh tmpfs; /proc is the box's own; the hostname is the box id. Pid 1 is
 // a small init that reaps orphans and forwards SIGTERM; the agent runs as an unprivileged
-// user (LocalOptions::box_user) with no_new_privs.
+// user (LocalOptions::box_user) with no_new_privs. With the privilege split (the default as
+// root) the box also gets a user namespace: the agent is root in it but box_user on the
+// host, and its tools run as a second account (LocalOptions::desktop_user) that cannot read
+// the agent's files.
 //
 // Plain mode (not root, namespaces refused, or LocalOptions::force_plain_processes): the same
 // box_dir layout, the same init, but no namespaces. isolated() is false and isolation_note()
@@ -57,6 +60,13 @@ struct LocalOptions {
   // system user if missing and |create_box_user| is set.
   std::string box_user = "cocoonbox-box";
   bool create_box_user = true;
+  // The privilege split (README.md §Privilege split), when the api is root and boxes are
+  // isolated: each box gets a user namespace in which the agent is root, mapped to
+  // |box_user| on the host, and the tools' account is |desktop_user| (empty:
+  // "<box_user>-desk"), mapped to itself. The agent's own files are then out of the tools'
+  // reach. Created like |box_user| when missing. Off: agent and tools share |box_user|.
+  bool split_users = true;
+  std::string desktop_user;
   // Do not use cgroups at all: no limits, SIGSTOP for hibernate, signals for release.
   bool disable_cgroups = false;
   // The cgroup v2 mount to use; unset: the first cgroup2 mount in /proc/self/mountinfo
@@ -109,6 +119,10 @@ class LocalBackend final : public Backend {
   const std::optional<std::filesystem::path>& cgroup_parent_dir() const { return cgroup_dir_; }
   // The user agents run as; unset when the api is not root (agents run as the api's user).
   const std::optional<proc::User>& box_user() const { return box_user_; }
+  // The account the agent's tools run as, when the privilege split is in effect (the api is
+  // root, boxes are isolated, user namespaces work); else unset and agent and tools share
+  // box_user() (or the api's user).
+  const std::optional<proc::User>& desktop_user() const { return desktop_user_; }
 
   // Host pids of every live process of the box, its init first.
   // Errors: kNotFound (unknown box); kInternal.
@@ -129,7 +143,9 @@ class LocalBackend final : public Backend {
   bool alive(Box& box);
   bool frozen(Box& box);
   std::vector<pid_t> box_pids(Box& box);
-  Status prepare_dirs(const MachineSpec& spec);
+  // Creates box_dir's directories; sets their owners when |starting| (or when new), and
+  // then hands a box from before the privilege split to the desktop account.
+  Status prepare_dirs(const MachineSpec& spec, bool starting);
   Result<AgentCommand> agent_command(const MachineSpec& spec) const;
   std::vector<std::filesystem::path> hidden_paths(const MachineSpec& spec) const;
   asio::awaitable<Status> sigstop_all(Box& box, net::Deadline deadline);
@@ -150,7 +166,9 @@ class LocalBackend final : public Backend {
   bool memory_controller_ = false;
   bool cpu_controller_ = false;
   std::optional<proc::User> box_user_;
-  int init_fd_ = -1;  // sealed memfd holding the box init (README.md §Init)
+  std::optional<proc::User> desktop_user_;
+  std::string split_note_;  // why there is no privilege split, when there is none
+  int init_fd_ = -1;        // sealed memfd holding the box init (README.md §Init)
   // Shared with the coroutines working on a box, so a release() interleaving with another
   // operation cannot free the Box under it (Box::busy makes the second one fail instead).
   std::map<std::string, std::shared_ptr<Box>, std::less<>> boxes_;

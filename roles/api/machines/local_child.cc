@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -172,6 +173,27 @@ int run_op(const MountOp& op) {
   ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   if (::fcntl(p.report_fd, F_SETFD, 0) != 0) fail(p.report_fd, CB_STEP_STDIO, errno);
 
+  if (p.new_user_ns) {
+    // After the mounts, which root made in the host's user namespace: the mount, pid, uts
+    // and ipc namespaces stay owned by it, so the box's root gains no power over them. An
+    // unshare, not a clone flag: a mount namespace owned by the new user namespace would let
+    // the agent unmount and remount what the plan built.
+    if (p.go_write_fd >= 0) ::close(p.go_write_fd);
+    if (::unshare(CLONE_NEWUSER) != 0) fail(p.report_fd, CB_STEP_USERNS, errno);
+    cb_box_report ready;
+    ::memset(&ready, 0, sizeof ready);
+    ready.step = CB_STEP_USERNS_READY;
+    if (::write(p.report_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready)) {
+      fail(p.report_fd, CB_STEP_USERNS_WAIT, errno);
+    }
+    char go = 0;
+    ssize_t n;
+    do {
+      n = ::read(p.go_fd, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) fail(p.report_fd, CB_STEP_USERNS_WAIT, n == 0 ? EPIPE : errno);
+    ::close(p.go_fd);
+  }
   if (p.change_identity) {
     // Raw syscalls: glibc's wrappers broadcast the change to every thread by signal, which
     // is not safe in a forked child. Groups first, while we still have CAP_SETGID.
@@ -233,6 +255,10 @@ Status report_status(const cb_box_report& r, std::span<const MountOp> ops, std::
         return "box start: chdir to the workspace";
       case CB_STEP_EXEC_INIT:
         return "box start: exec the box init";
+      case CB_STEP_USERNS:
+        return "box start: unshare(CLONE_NEWUSER)";
+      case CB_STEP_USERNS_WAIT:
+        return "box start: wait for the user namespace's id maps";
       case CB_STEP_INIT_SETUP:
         return "box init: signals";
       case CB_STEP_INIT_FORK:

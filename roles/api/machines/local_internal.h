@@ -103,6 +103,13 @@ struct ChildPlan {
   std::span<const MountOp> ops;
   const char* hostname = nullptr;
   std::size_t hostname_len = 0;
+  // The privilege split (README.md §Privilege split): after pivot_root the child enters a
+  // new user namespace, reports CB_STEP_USERNS_READY, and waits for one byte on |go_fd|
+  // while the api writes its id maps; |go_write_fd| is the api's end, which the child closes
+  // first so that an api gone away means end of file. The ids below are then in-namespace.
+  bool new_user_ns = false;
+  int go_fd = -1;
+  int go_write_fd = -1;
   bool change_identity = false;
   std::span<const gid_t> groups;
   gid_t gid = 0;

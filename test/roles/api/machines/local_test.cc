@@ -17,6 +17,7 @@
 #include <grp.h>
 #include <set>
 #include <signal.h>
+#include <sstream>
 #include <stdlib.h>
 #include <string>
 #include <sys/prctl.h>
@@ -275,9 +276,12 @@ TEST_CASE("LocalBackend: an isolated box has its own namespaces, a read-only / a
   CHECK(read_text(run_dir / "identity-seen") == R"({"box_id":"x"})");
   CHECK(read_text(run_dir / "arg1") == "/run/cocoonbox/argcheck");
   REQUIRE(backend->box_user());
-  CHECK(std::stoul(read_text(run_dir / "uid")) == backend->box_user()->uid);
+  // With the privilege split the agent is root of the box's user namespace (and the box
+  // user on the host: the counter below); without it, the box user.
+  CHECK(std::stoul(read_text(run_dir / "uid")) ==
+        (backend->desktop_user() ? 0 : backend->box_user()->uid));
 
-  // /workspace is <box_dir>/workspace, owned by the box's user.
+  // /workspace is <box_dir>/workspace; the agent's files in it are the box user's.
   const fs::path counter = spec.box_dir / "workspace" / "counter";
   CHECK(counter_advances(counter));
   struct stat st;
@@ -385,6 +389,152 @@ TEST_CASE("LocalBackend: hibernate and wake with SIGSTOP when there are no cgrou
     options.force_plain_processes = true;
     check_freeze_cycle(options, FreezeMethod::kSigstop);
   }
+}
+
+// The fake agent of the privilege split: as the box's root it keeps a secret in its data dir,
+// then runs a "tool" as the desktop account (setpriv, as the real agent's spawn would) that
+// tries to read it and writes the user's directories; and it tries to leave its mapping.
+constexpr const char* kSplitAgentScript = R"sh(
+R="$COCOONBOX_RUN_DIR"; A=/var/lib/cocoonbox-agent
+id -u > "$R/uid"
+echo "$COCOONBOX_DESKTOP_USER" > "$R/desktop-env"
+echo secret > "$A/agent.db"; chmod 600 "$A/agent.db"
+cat /etc/shadow > /dev/null 2> "$R/shadow"; echo $? >> "$R/shadow"
+setpriv --reuid=65534 --regid=65534 --clear-groups true 2> "$R/nobody"; echo $? >> "$R/nobody"
+setpriv --reuid="$DESK_UID" --regid="$DESK_GID" --clear-groups sh -c '
+  id -u > /home/user/tool-uid
+  cat /var/lib/cocoonbox-agent/agent.db > /home/user/db 2>&1
+  ls /var/lib/cocoonbox-agent > /home/user/dir 2>&1
+  echo hi > /home/user/written; echo hi > /workspace/written
+  echo hi >> /home/user/old.txt 2> /home/user/old-err
+'
+echo ready > "$R/ready"
+while :; do sleep 1; done
+)sh";
+
+std::string status_line(pid_t pid, std::string_view key) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) return line;
+  }
+  return {};
+}
+
+TEST_CASE("LocalBackend: as root, the agent and its tools run as different host accounts",
+          "[api][machines][integration]") {
+  if (!is_root()) {
+    WARN("not root: there is no privilege split to test");
+    return;
+  }
+  LocalOptions options = test_options();
+  TempDir dir;
+  Janitor janitor(options);
+  auto backend = make_backend(options);
+  if (!backend->isolated()) {
+    WARN("namespaces refused here: " << backend->isolation_note());
+    return;
+  }
+  INFO(backend->isolation_note());
+  REQUIRE(backend->desktop_user());
+  REQUIRE(backend->box_user());
+  const proc::User& agent = *backend->box_user();
+  const proc::User& desk = *backend->desktop_user();
+  CHECK(desk.name == agent.name + "-desk");
+  CHECK(desk.uid != agent.uid);
+  CHECK(backend->isolation_note().find("tools as " + desk.name) != std::string::npos);
+
+  MachineSpec spec;
+  spec.box_id = unique_id("split");
+  spec.image = "host";
+  spec.box_dir = dir.path() / "boxes" / spec.box_id;
+  spec.agent_argv = {"/bin/sh", "-c", kSplitAgentScript};
+  spec.env = {fmt::format("DESK_UID={}", desk.uid), fmt::format("DESK_GID={}", desk.gid)};
+  janitor.watch(spec);
+  // A box from before the split: its home and what is in it belong to the agent's account.
+  const fs::path home = spec.box_dir / "home";
+  fs::create_directories(home);
+  { std::ofstream(home / "old.txt") << "old\n"; }
+  REQUIRE(::chown(home.c_str(), agent.uid, agent.gid) == 0);
+  REQUIRE(::chown((home / "old.txt").c_str(), agent.uid, agent.gid) == 0);
+
+  REQUIRE(backend->deliver_identity(spec, "{}").ok());
+  Status started = run(backend->start(spec));
+  INFO(started.to_string() << "\nagent.log: " << read_text(spec.box_dir / kAgentLog));
+  REQUIRE(started.ok());
+  const fs::path run_dir = spec.box_dir / "run";
+  REQUIRE(wait_for([&] { return fs::exists(run_dir / "ready"); }));
+
+  // The agent: root in the box, the box user on the host, with exactly two ids mapped.
+  CHECK(read_text(run_dir / "uid") == "0");
+  CHECK(read_text(run_dir / "desktop-env") == desk.name);
+  auto pids = backend->processes(spec.box_id);
+  REQUIRE(pids.ok());
+  REQUIRE(!pids->empty());
+  for (pid_t pid : *pids) {
+    std::string uid = status_line(pid, "Uid:");
+    INFO("pid " << pid << ": " << uid);
+    CHECK(uid == fmt::format("Uid:\t{0}\t{0}\t{0}\t{0}", agent.uid));
+  }
+  std::istringstream map(read_text(fs::path("/proc") / std::to_string(pids->front()) / "uid_map"));
+  std::vector<std::vector<unsigned long>> entries;
+  for (std::string line; std::getline(map, line);) {
+    std::istringstream words(line);
+    unsigned long inside = 0, outside = 0, count = 0;
+    words >> inside >> outside >> count;
+    entries.push_back({inside, outside, count});
+  }
+  CHECK(entries ==
+        std::vector<std::vector<unsigned long>>{{0, agent.uid, 1}, {desk.uid, desk.uid, 1}});
+  CHECK(fs::read_symlink(fmt::format("/proc/{}/ns/user", pids->front())) !=
+        fs::read_symlink("/proc/self/ns/user"));
+  // Root of its namespace, yet no power over the host's files or other ids.
+  CHECK(read_text(run_dir / "shadow").find("Permission denied") != std::string::npos);
+  CHECK(read_text(run_dir / "nobody").back() != '0');
+
+  // The tool: the desktop uid, kept out of the agent's data, at home in /home/user.
+  CHECK(read_text(home / "tool-uid") == std::to_string(desk.uid));
+  CHECK(read_text(home / "db").find("Permission denied") != std::string::npos);
+  CHECK(read_text(home / "dir").find("Permission denied") != std::string::npos);
+  for (const fs::path& written : {home / "written", spec.box_dir / "workspace" / "written"}) {
+    struct stat st;
+    INFO(written);
+    REQUIRE(::stat(written.c_str(), &st) == 0);
+    CHECK(st.st_uid == desk.uid);
+    CHECK(st.st_gid == desk.gid);
+  }
+  // The old box's file was handed over, so the tool could append to it.
+  CHECK(read_text(home / "old-err").empty());
+  CHECK(read_text(home / "old.txt") == "old\nhi");
+  struct stat st;
+  REQUIRE(::stat(home.c_str(), &st) == 0);
+  CHECK(st.st_uid == desk.uid);
+  REQUIRE(::stat((spec.box_dir / "agent").c_str(), &st) == 0);
+  CHECK(st.st_uid == agent.uid);
+  CHECK((st.st_mode & 0777) == 0700);
+  REQUIRE(::stat((spec.box_dir / "agent" / "agent.db").c_str(), &st) == 0);
+  CHECK(st.st_uid == agent.uid);
+
+  Status released = run(backend->release(spec.box_id, DataPolicy::kKeep));
+  CHECK(released.ok());
+}
+
+TEST_CASE("LocalBackend: with split_users off, agent and tools share the box user",
+          "[api][machines][integration]") {
+  LocalOptions options = test_options();
+  options.split_users = false;
+  TempDir dir;
+  Janitor janitor(options);
+  auto backend = make_backend(options);
+  CHECK(!backend->desktop_user());
+  if (!backend->isolated()) return;
+  CHECK(backend->isolation_note().find("NO PRIVILEGE SPLIT") != std::string::npos);
+  MachineSpec spec = counting_spec(dir.path(), unique_id("nosplit"));
+  janitor.watch(spec);
+  REQUIRE(backend->deliver_identity(spec, "{}").ok());
+  start_counting(*backend, spec);
+  REQUIRE(backend->box_user());
+  CHECK(std::stoul(read_text(spec.box_dir / "run" / "uid")) == backend->box_user()->uid);
+  release_and_check_gone(*backend, spec);
 }
 
 TEST_CASE("LocalBackend: plain processes keep the layout and say they are not isolated",
