@@ -831,6 +831,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
   }
   request.max_tokens = config_.max_tokens;
   request.messages = conversation_from_transcript(*items);
+  const int64_t tool_tokens = model::estimate_tool_tokens(request.tools);
 
   // A resumed turn may hold tool calls of its last model step that have no result yet (an
   // approval nobody answered, or the agent restarted while one waited): answer them first.
@@ -872,7 +873,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       options.retry = config_.retry;
       options.encoder = &encoder_for(agent_id);
       // Near the main model's context budget: the summarize model compacts older turns.
-      if (model::needs_compaction(request, tc.main)) {
+      if (model::needs_compaction(request, tc.main, tool_tokens, 0.8)) {
         Status compacted = co_await compact(agent_id, turn_id, tc, client, request);
         if (!compacted.ok()) co_return compacted;
         if (cancelled_now(co_await asio::this_coro::cancellation_state))
@@ -1049,7 +1050,8 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
         // The deltas still queued were published before this item was written (a model
         // call's deltas all come before its text is stored): send them first, so a client
         // never gets a delta for text whose durable item it already has.
-        Status d = co_await write_deltas(sub, writer, std::to_string(offset_sent));
+        const std::string key = std::to_string(offset_sent);
+        Status d = co_await write_deltas(sub, writer, key);
         if (!d.ok()) co_return d;
       }
       Status w = co_await writer.write(ev);
@@ -1057,7 +1059,8 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
       offset_sent = row.id;
     }
     if (rows->size() == static_cast<size_t>(kEventBatch)) continue;
-    Status d = co_await write_deltas(sub, writer, std::to_string(offset));
+    const std::string key = std::to_string(offset);
+    Status d = co_await write_deltas(sub, writer, key);
     if (!d.ok()) co_return d;
     if (sub.pending) continue;
     if (stopping_) co_return ok_status();

@@ -53,19 +53,33 @@ int64_t estimate_tokens(const Message& message, const ModelInfo& model) {
   return n;
 }
 
-int64_t estimate_tokens(const Request& request, const ModelInfo& model) {
-  int64_t n = text_tokens(request.system.size());
-  for (const ToolDef& t : request.tools)
+int64_t estimate_tool_tokens(std::span<const ToolDef> tools) {
+  int64_t n = 0;
+  for (const ToolDef& t : tools)
     n += text_tokens(t.name.size() + t.description.size() +
                      internal::dump_json(t.input_schema).size()) +
          kMessageOverhead;
+  return n;
+}
+
+int64_t estimate_tokens(const Request& request, const ModelInfo& model, int64_t tool_tokens) {
+  int64_t n = text_tokens(request.system.size()) + tool_tokens;
   for (const Message& m : request.messages) n += estimate_tokens(m, model);
   return n;
 }
 
-bool needs_compaction(const Request& request, const ModelInfo& model, double fraction) {
-  return static_cast<double>(estimate_tokens(request, model)) >
+int64_t estimate_tokens(const Request& request, const ModelInfo& model) {
+  return estimate_tokens(request, model, estimate_tool_tokens(request.tools));
+}
+
+bool needs_compaction(const Request& request, const ModelInfo& model, int64_t tool_tokens,
+                      double fraction) {
+  return static_cast<double>(estimate_tokens(request, model, tool_tokens)) >
          fraction * static_cast<double>(model.context_tokens);
+}
+
+bool needs_compaction(const Request& request, const ModelInfo& model, double fraction) {
+  return needs_compaction(request, model, estimate_tool_tokens(request.tools), fraction);
 }
 
 size_t compaction_split(std::span<const Message> history, const ModelInfo& model,

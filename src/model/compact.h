@@ -37,9 +37,19 @@ inline constexpr int64_t kImageTokens = 1600;
 int64_t estimate_tokens(const Request& request, const ModelInfo& model);
 int64_t estimate_tokens(const Message& message, const ModelInfo& model);
 
+// The tool definitions' share of estimate_tokens(request, model).
+int64_t estimate_tool_tokens(std::span<const ToolDef> tools);
+// estimate_tokens(request, model) with that share given: counting it serializes every tool
+// schema, so a caller that asks every model step while its tools stay the same (the agent
+// loop) counts them once.
+int64_t estimate_tokens(const Request& request, const ModelInfo& model, int64_t tool_tokens);
+
 // True when |request| is estimated above |fraction| of the model's context window (the rest
 // is room for the answer and the next tool results).
 bool needs_compaction(const Request& request, const ModelInfo& model, double fraction = 0.8);
+// The same with the tools' share given (estimate_tool_tokens()).
+bool needs_compaction(const Request& request, const ModelInfo& model, int64_t tool_tokens,
+                      double fraction);
 
 // Where to cut |history| so that messages [split, end) (those kept verbatim) are estimated at
 // no more than |keep_tokens|, and the kept part begins with a user message that holds no tool

@@ -33,6 +33,14 @@ TEST_CASE("estimate_tokens: a quarter of the bytes plus images and framing", "[m
   text_only.vision = false;
   CHECK(estimate_tokens(r, text_only) < 114 + 4 + 100);  // a short note instead
   CHECK(needs_compaction(r, kModel, 0.5));
+  Request with_tools = r;
+  with_tools.tools.push_back(
+      ToolDef{"ls", "Lists a folder", nlohmann::json{{"type", "object"}}, nlohmann::json()});
+  const int64_t tools = estimate_tool_tokens(with_tools.tools);
+  CHECK(tools > 0);
+  CHECK(estimate_tokens(with_tools, kModel, tools) == estimate_tokens(with_tools, kModel));
+  CHECK(estimate_tokens(with_tools, kModel) == estimate_tokens(r, kModel) + tools);
+  CHECK(needs_compaction(with_tools, kModel, tools, 0.5));
   CHECK_FALSE(needs_compaction(r, text_only, 0.5));
 }
 
