@@ -221,6 +221,9 @@ asio::awaitable<Status> Agent::start() {
   if (!st.ok()) co_return st.with_prefix(std::string("agent.db"));
   st = co_await agents_.start();
   if (!st.ok()) co_return st.with_prefix(std::string("agent.db"));
+  // Shell sessions of MCP sessions a previous agent had open (they all ended with it).
+  const size_t swept = co_await box_tools_.sweep_sessions();
+  if (swept > 0) log::info("shell sessions swept", {{"count", static_cast<int64_t>(swept)}});
   http_server_->start();
   log_listening(std::string("unix:") + config_.socket_path);
   if (tcp_address_) log_listening(tcp_address_->to_string());

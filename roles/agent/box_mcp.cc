@@ -23,7 +23,12 @@ asio::awaitable<mcp::Reply> BoxMcpTools::call_tool(mcp::RequestContext& ctx,
                                                    const mcp::Json& arguments) {
   if (tools::find_tool(tools::box_tools(), name) == nullptr)
     co_return mcp::Reply::unknown_tool(name);
-  auto r = co_await tools_.call(name, arguments);
+  // The MCP session's shell sessions live as long as it: its scope is the session's user data
+  // (nothing else in the agent uses that slot), destroyed with the session.
+  mcp::ServerSession& session = ctx.session();
+  if (!session.user_data) session.user_data = tools_.open_mcp_scope();
+  const auto* scope = static_cast<const McpShellScope*>(session.user_data.get());
+  auto r = co_await tools_.call(name, arguments, std::string_view(), scope);
   if (!r.ok()) {
     if (r.status().code() == Code::kInvalidArgument)
       co_return mcp::Reply::from_tool_result(mcp::ToolResult::error(r.status().message()));

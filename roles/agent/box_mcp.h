@@ -15,7 +15,9 @@ namespace cb::agent {
 
 // tools/list from the contract (src/tools/box_tools.json); tools/call through BoxTools.
 // Arguments that break the contract come back as a tool execution error naming the field
-// (isError, per the MCP tools spec), an unknown name as JSON-RPC -32602.
+// (isError, per the MCP tools spec), an unknown name as JSON-RPC -32602. A shell `session`
+// belongs to the MCP session that names it (BoxTools::open_mcp_scope(), kept in the
+// ServerSession's user_data) and its saved state goes when that session ends.
 class BoxMcpTools final : public mcp::ToolProvider {
  public:
   explicit BoxMcpTools(BoxTools& tools);

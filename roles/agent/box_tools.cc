@@ -8,11 +8,13 @@
 #include <asio/co_spawn.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -493,6 +495,101 @@ trap '__cb_rc=$?; __cb_save; exit "$__cb_rc"' EXIT
 eval "$__cb_cmd"
 )sh";
 
+// Runs |op| on the calling thread (the worker) with the filesystem ids of |uid|, |gid| and
+// |groups| when |switch_ids|, and gives the thread its own back afterwards.
+ToolResult run_with_ids(bool switch_ids, uid_t uid, gid_t gid, const std::vector<gid_t>& groups,
+                        const std::function<ToolResult()>& op) {
+  if (!switch_ids) return op();
+  // Per thread on Linux when made as raw system calls (glibc's wrappers for setgroups
+  // would apply them to every thread). Groups and fsgid first, while fsuid 0 still has
+  // CAP_SETGID; fsuid last, which drops the filesystem capabilities until it is 0 again.
+  std::vector<gid_t> saved(static_cast<size_t>(std::max(0, ::getgroups(0, nullptr))));
+  if (!saved.empty())
+    saved.resize(static_cast<size_t>(::getgroups(static_cast<int>(saved.size()), saved.data())));
+  if (::syscall(SYS_setgroups, groups.size(), groups.data()) != 0 ||
+      (::syscall(SYS_setfsgid, gid), static_cast<gid_t>(::syscall(SYS_setfsgid, -1)) != gid) ||
+      (::syscall(SYS_setfsuid, uid), static_cast<uid_t>(::syscall(SYS_setfsuid, -1)) != uid)) {
+    const int e = errno;
+    ::syscall(SYS_setfsuid, 0);
+    ::syscall(SYS_setfsgid, 0);
+    ::syscall(SYS_setgroups, saved.size(), saved.data());
+    return text_result(fmt::format("cannot act as uid {}: {}", uid, std::strerror(e)), true);
+  }
+  ToolResult r = op();
+  ::syscall(SYS_setfsuid, 0);
+  ::syscall(SYS_setfsgid, 0);
+  ::syscall(SYS_setgroups, saved.size(), saved.data());
+  return r;
+}
+
+// Removes the entry |name| of the directory |root_fd|: a directory's files, then the
+// directory; a symlink (or any other file) itself. Never follows a symlink: the session's
+// directory belongs to the user, who may have put anything there. True when it is gone.
+bool remove_session_entry(int root_fd, const char* name) {
+  const int fd = ::openat(root_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR || errno == ELOOP) return ::unlinkat(root_fd, name, 0) == 0;
+    return false;
+  }
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return false;
+  }
+  // The shells write only files (state, state.<pid>); unlinkat without AT_REMOVEDIR never
+  // descends, and a directory someone made there keeps the session (and is left alone).
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    ::unlinkat(::dirfd(d), e->d_name, 0);
+  }
+  ::closedir(d);
+  return ::unlinkat(root_fd, name, AT_REMOVEDIR) == 0;
+}
+
+// Removes the sessions under |root| (which must be |uid|'s private directory, not a symlink)
+// whose key |match| accepts. Returns how many went.
+size_t remove_sessions(const fs::path& root, uid_t uid,
+                       const std::function<bool(const std::string&)>& match) {
+  const int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) return 0;
+  struct stat st {};
+  if (::fstat(root_fd, &st) != 0 || st.st_uid != uid || (st.st_mode & 077) != 0) {
+    ::close(root_fd);
+    return 0;
+  }
+  std::vector<std::string> names;
+  if (const int list_fd = ::dup(root_fd); list_fd >= 0) {
+    if (DIR* d = ::fdopendir(list_fd)) {
+      while (dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name != "." && name != ".." && match(name)) names.push_back(std::move(name));
+      }
+      ::closedir(d);
+    } else {
+      ::close(list_fd);
+    }
+  }
+  size_t removed = 0;
+  for (const std::string& name : names) removed += remove_session_entry(root_fd, name.c_str());
+  ::close(root_fd);
+  return removed;
+}
+
+// "mcp-<pid>-..." of an agent that is gone: |pid| not running, or this process's own (the
+// sweep runs before this agent opened any scope, so a previous agent with the same pid, as in
+// a box's pid namespace, left it).
+bool stale_mcp_session(const std::string& key) {
+  if (key.rfind("mcp-", 0) != 0) return false;
+  size_t i = 4;
+  int64_t pid = 0;
+  while (i < key.size() && key[i] >= '0' && key[i] <= '9' && pid < (int64_t{1} << 31))
+    pid = pid * 10 + (key[i++] - '0');
+  if (i == 4 || i >= key.size() || key[i] != '-' || pid <= 0 || pid >= (int64_t{1} << 31))
+    return false;  // "mcp-<name>": a session without a scope (no owner to outlive)
+  if (pid == ::getpid()) return true;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
 
 // ---- the worker thread ----------------------------------------------------------------------
@@ -527,20 +624,73 @@ fs::path BoxTools::workspace(const ExecUser& user) const {
   return "/";
 }
 
-Result<fs::path> BoxTools::session_dir(const ExecUser& user, std::string_view key) const {
-  if (!valid_session_name(key)) return invalid_argument(fmt::format("session {:?}", key));
+fs::path BoxTools::sessions_root(const ExecUser& user) const {
   fs::path parent = sessions_dir_;
   if (parent.empty()) {
     std::error_code ec;
     parent = fs::temp_directory_path(ec);
     if (ec) parent = "/tmp";
   }
+  return parent / fmt::format("cocoonbox-shell-{}", user.account.uid);
+}
+
+Result<fs::path> BoxTools::session_dir(const ExecUser& user, std::string_view key) const {
+  if (!valid_session_name(key)) return invalid_argument(fmt::format("session {:?}", key));
   const uid_t uid = user.account.uid;
-  const fs::path root = parent / fmt::format("cocoonbox-shell-{}", uid);
+  const fs::path root = sessions_root(user);
   RETURN_IF_ERROR(private_dir(root, uid, user.account.gid, user.switch_user));
   const fs::path dir = root / std::string(key);
   RETURN_IF_ERROR(private_dir(dir, uid, user.account.gid, user.switch_user));
   return dir;
+}
+
+McpShellScope::McpShellScope(BoxTools& tools, uint64_t n)
+    : tools_(tools), prefix_(fmt::format("mcp-{}-{}-", ::getpid(), n)) {}
+
+McpShellScope::~McpShellScope() {
+  const std::string prefix = prefix_;
+  tools_.remove_sessions_later(
+      [prefix](const std::string& key) { return key.rfind(prefix, 0) == 0; });
+}
+
+std::shared_ptr<McpShellScope> BoxTools::open_mcp_scope() {
+  return std::make_shared<McpShellScope>(*this, next_scope_++);
+}
+
+void BoxTools::end_agent_sessions(std::string_view agent_id) {
+  const std::string key = fmt::format("agent-{}", agent_id);
+  remove_sessions_later([key](const std::string& k) {
+    return k == key || (k.size() > key.size() && k.rfind(key + "-", 0) == 0);
+  });
+}
+
+void BoxTools::remove_sessions_later(std::function<bool(const std::string&)> match) {
+  auto user = resolve_exec_user(config_.desktop_user, ::geteuid());
+  if (!user.ok()) return;
+  const fs::path root = sessions_root(*user);
+  asio::post(worker_->io,
+             [root, match = std::move(match), switch_ids = user->switch_user,
+              uid = user->account.uid, gid = user->account.gid, groups = user->account.groups] {
+               run_with_ids(switch_ids, uid, gid, groups, [&] {
+                 const size_t n = remove_sessions(root, uid, match);
+                 if (n > 0) log::info("shell sessions ended", {{"count", static_cast<int64_t>(n)}});
+                 return ToolResult();
+               });
+             });
+}
+
+asio::awaitable<size_t> BoxTools::sweep_sessions() {
+  auto user = resolve_exec_user(config_.desktop_user, ::geteuid());
+  if (!user.ok()) co_return 0;
+  const fs::path root = sessions_root(*user);
+  const uid_t uid = user->account.uid;
+  std::function<ToolResult()> op = [root, uid] {
+    ToolResult r;
+    r.structured = {{"removed", remove_sessions(root, uid, stale_mcp_session)}};
+    return r;
+  };
+  ToolResult r = co_await on_worker(*user, std::move(op));
+  co_return r.structured.is_object() ? r.structured.value("removed", size_t{0}) : size_t{0};
 }
 
 asio::awaitable<ToolResult> BoxTools::on_worker(const ExecUser& user,
@@ -551,34 +701,15 @@ asio::awaitable<ToolResult> BoxTools::on_worker(const ExecUser& user,
   std::vector<gid_t> groups = user.account.groups;
   auto task = [op = std::move(op), switch_ids, uid, gid,
                groups = std::move(groups)]() -> asio::awaitable<ToolResult> {
-    if (!switch_ids) co_return op();
-    // Per thread on Linux when made as raw system calls (glibc's wrappers for setgroups
-    // would apply them to every thread). Groups and fsgid first, while fsuid 0 still has
-    // CAP_SETGID; fsuid last, which drops the filesystem capabilities until it is 0 again.
-    std::vector<gid_t> saved(static_cast<size_t>(std::max(0, ::getgroups(0, nullptr))));
-    if (!saved.empty())
-      saved.resize(static_cast<size_t>(::getgroups(static_cast<int>(saved.size()), saved.data())));
-    if (::syscall(SYS_setgroups, groups.size(), groups.data()) != 0 ||
-        (::syscall(SYS_setfsgid, gid), static_cast<gid_t>(::syscall(SYS_setfsgid, -1)) != gid) ||
-        (::syscall(SYS_setfsuid, uid), static_cast<uid_t>(::syscall(SYS_setfsuid, -1)) != uid)) {
-      const int e = errno;
-      ::syscall(SYS_setfsuid, 0);
-      ::syscall(SYS_setfsgid, 0);
-      ::syscall(SYS_setgroups, saved.size(), saved.data());
-      co_return text_result(fmt::format("cannot act as uid {}: {}", uid, std::strerror(e)), true);
-    }
-    ToolResult r = op();
-    ::syscall(SYS_setfsuid, 0);
-    ::syscall(SYS_setfsgid, 0);
-    ::syscall(SYS_setgroups, saved.size(), saved.data());
-    co_return r;
+    co_return run_with_ids(switch_ids, uid, gid, groups, op);
   };
   co_return co_await asio::co_spawn(worker_->io.get_executor(), std::move(task),
                                     asio::use_awaitable);
 }
 
 asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const json& arguments,
-                                                   std::string_view owner) {
+                                                   std::string_view owner,
+                                                   const McpShellScope* scope) {
   const json* tool = tools::find_tool(tools::box_tools(), name);
   if (tool == nullptr) co_return not_found(fmt::format("no tool {:?}", name));
   const json args = arguments.is_null() ? json::object() : arguments;
@@ -605,7 +736,13 @@ asio::awaitable<Result<ToolResult>> BoxTools::call(std::string_view name, const 
       if (!valid_session_name(named))
         co_return invalid_argument(
             "arguments.session: letters, digits, '.', '_' and '-' only, not starting with '.'");
-      session = owner.empty() ? "mcp-" + named : fmt::format("agent-{}-{}", owner, named);
+      if (!owner.empty()) {
+        session = fmt::format("agent-{}-{}", owner, named);
+      } else if (scope != nullptr) {
+        session = scope->prefix() + named;
+      } else {
+        session = "mcp-" + named;
+      }
     } else if (!owner.empty()) {
       session = fmt::format("agent-{}", owner);
     }
@@ -667,6 +804,45 @@ asio::awaitable<ToolResult> BoxTools::shell(const ExecUser& user, const json& ar
     start.set_cwd(explicit_cwd);
   } else {
     start.set_cwd(workspace(user).string());
+  }
+  // One command of a session at a time, in call order: each starts from the state the one
+  // before it left. The line entry lives while a call holds or awaits it (|users|); a waiter
+  // is woken by cancelling its timer, and checks |busy| again since a newcomer may have taken
+  // the line first.
+  struct Hold {
+    BoxTools& tools;
+    std::string key;
+    SessionLine* line = nullptr;
+    bool held = false;
+    ~Hold() {
+      if (line == nullptr) return;
+      if (held) {
+        line->busy = false;
+        if (!line->waiters.empty()) {
+          line->waiters.front()->cancel();
+          line->waiters.pop_front();
+        }
+      }
+      if (--line->users == 0) tools.lines_.erase(key);
+    }
+  };
+  Hold hold{*this, session};
+  if (!session.empty()) {
+    hold.line = &lines_[session];
+    ++hold.line->users;
+    while (hold.line->busy) {
+      net::Timer wake(executor_, net::kNoDeadline);
+      hold.line->waiters.push_back(&wake);
+      (void)co_await wake.async_wait();
+      const bool cancelled_now = (co_await asio::this_coro::cancellation_state).cancelled() !=
+                                 asio::cancellation_type::none;
+      if (cancelled_now) {
+        hold.line->waiters.remove(&wake);
+        co_return text_result("cancelled while the session's previous command ran", true);
+      }
+    }
+    hold.line->busy = true;
+    hold.held = true;
   }
   if (session.empty()) {
     start.set_command(args["command"].get<std::string>());

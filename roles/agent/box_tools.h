@@ -23,7 +23,11 @@
 // while a command that times out or is killed never leaves the session half-changed (its
 // state stays what it was before that command). The state is a file in a per-session
 // directory `<sessions dir>/cocoonbox-shell-<uid>/<session>/`, both 0700 and owned by the
-// account the tools run as.
+// account the tools run as. Commands of one session run one at a time, in the order they were
+// called (a second waits for the first; its timeout starts when it runs), so each starts from
+// the state the previous one left, as in a terminal. Over the box MCP a session belongs to
+// the MCP session (McpShellScope) and is removed when that ends; sweep_sessions() removes
+// those a dead agent left. Removal never follows a symlink and runs with the user's ids.
 //
 // Affinity: the agent's io_context; the worker thread is private.
 
@@ -34,8 +38,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -69,6 +76,25 @@ struct BoxToolsLimits {
   size_t grep_line_chars = 500;
 };
 
+class BoxTools;
+
+// The shell sessions of one MCP session (box_mcp.h keeps one per MCP session): their keys are
+// `mcp-<agent pid>-<n>-<name>`, and destroying the scope removes their directories (on the
+// worker thread, soon after). REQUIRES: the BoxTools outlives the scope.
+class McpShellScope {
+ public:
+  McpShellScope(BoxTools& tools, uint64_t n);
+  ~McpShellScope();
+  McpShellScope(const McpShellScope&) = delete;
+  McpShellScope& operator=(const McpShellScope&) = delete;
+  // "mcp-<pid>-<n>-": the prefix of this scope's session keys.
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  BoxTools& tools_;
+  std::string prefix_;
+};
+
 class BoxTools {
  public:
   // |sessions_dir| holds the shell sessions' directories; empty: the agent's temporary
@@ -86,8 +112,23 @@ class BoxTools {
   // id, so each agent keeps its own session ("agent-<id>"; with a `session` argument from the
   // model, "agent-<id>-<session>"). Empty (the box MCP): only a `session` argument gives a
   // session ("mcp-<session>"); without one the call is a one-off `$SHELL -c`.
+  //
+  // |scope| (the box MCP, owner empty): a `session` argument gives the key
+  // scope->prefix() + session, removed when the scope ends.
   asio::awaitable<Result<ToolResult>> call(std::string_view name, const nlohmann::json& arguments,
-                                           std::string_view owner = {});
+                                           std::string_view owner = {},
+                                           const McpShellScope* scope = nullptr);
+
+  // A new scope for one MCP session's shell sessions.
+  std::shared_ptr<McpShellScope> open_mcp_scope();
+
+  // Removes the saved state of every shell session of agent |agent_id| (when an agent is
+  // deleted), on the worker thread soon after.
+  void end_agent_sessions(std::string_view agent_id);
+
+  // At start: removes the session directories of MCP scopes whose agent is gone (its pid is
+  // not running, or is this process, which has opened none yet). Returns how many.
+  asio::awaitable<size_t> sweep_sessions();
 
   // The directory of the shell session |key| for |user| (created 0700 and owned by the user
   // when missing). Errors: kFailedPrecondition when it exists but is not a private directory
@@ -98,7 +139,21 @@ class BoxTools {
   std::filesystem::path workspace(const ExecUser& user) const;
 
  private:
+  friend class McpShellScope;
   struct Worker;
+  // One session's queue of commands: |busy| while one runs; |waiters| wake in order;
+  // |users| counts the calls holding or awaiting it (the entry goes when none do).
+  struct SessionLine {
+    bool busy = false;
+    int users = 0;
+    std::list<net::Timer*> waiters;
+  };
+
+  // <sessions dir>/cocoonbox-shell-<uid>.
+  std::filesystem::path sessions_root(const ExecUser& user) const;
+  // Removes, on the worker with the user's ids, the session directories under the root whose
+  // key |match| accepts. Fire and forget (a later sweep catches what a stopped worker missed).
+  void remove_sessions_later(std::function<bool(const std::string&)> match);
 
   // |session|: the session key, empty for a one-off shell.
   asio::awaitable<ToolResult> shell(const ExecUser& user, const nlohmann::json& args,
@@ -112,6 +167,8 @@ class BoxTools {
   BoxToolsLimits limits_;
   std::filesystem::path sessions_dir_;
   std::unique_ptr<Worker> worker_;
+  std::map<std::string, SessionLine> lines_;
+  uint64_t next_scope_ = 1;
 };
 
 }  // namespace cb::agent

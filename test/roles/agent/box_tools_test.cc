@@ -8,7 +8,9 @@
 #include "support/run_sync.h"
 #include "support/temp_dir.h"
 
+#include <asio/experimental/awaitable_operators.hpp>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <csignal>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace cb::agent {
@@ -359,6 +362,130 @@ TEST_CASE("box tools: shell sessions keep cwd and exported variables", "[agent][
     CHECK(r.status().code() == Code::kInvalidArgument);
     r = f.call("shell", json{{"command", "true"}, {"session", ".hidden"}});
     CHECK(r.status().code() == Code::kInvalidArgument);
+  }
+}
+
+// A shell call as a coroutine, for running several at once.
+asio::awaitable<ToolResult> shell_call(BoxTools& tools, json args, std::string owner,
+                                       const McpShellScope* scope = nullptr) {
+  auto r = co_await tools.call("shell", args, owner, scope);
+  REQUIRE(r.ok());
+  co_return std::move(*r);
+}
+
+// True once |p| (not followed if a symlink) is gone. Session state is removed on the tools'
+// worker thread after the call that ends it returns, so look again for up to 10 s (a bound,
+// not a timing assertion).
+bool gone_soon(const fs::path& p) {
+  std::error_code ec;
+  for (int i = 0; i < 1000; ++i) {
+    if (!fs::exists(fs::symlink_status(p, ec))) return true;
+    ::usleep(10'000);
+  }
+  return !fs::exists(fs::symlink_status(p, ec));
+}
+
+TEST_CASE("box tools: commands of one session run one after another, in call order",
+          "[agent][tools]") {
+  using namespace asio::experimental::awaitable_operators;
+  Fixture f;
+  fs::create_directories(f.ws() / "sub");
+  REQUIRE(::mkfifo((f.ws() / "go").c_str(), 0600) == 0);
+  // The first command blocks on the FIFO until a third, session-less call writes to it; the
+  // second, called meanwhile in the same session, waits for the first and starts from the
+  // state it left. (Run at once, both would start from the same state and the one to end
+  // last would drop the other's export.)
+  const json first = json{{"command", "export A=1; cd sub; read -r x < ../go; echo got $x"}};
+  const json second = json{{"command", "export B=2; echo B in $PWD"}};
+  const json release = json{{"command", "echo go > go"}};
+  auto all = [&]() -> asio::awaitable<std::tuple<ToolResult, ToolResult, ToolResult>> {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto results =
+        co_await (shell_call(*f.tools, first, "ag_1") && shell_call(*f.tools, second, "ag_1") &&
+                  shell_call(*f.tools, release, ""));
+    co_return results;
+  };
+  auto [a, b, c] = test::run_sync(f.io, all());
+  CHECK(a.text() == "got go\n[exit code 0]");
+  CHECK(b.text() == "B in " + (f.ws() / "sub").string() + "\n[exit code 0]");
+  CHECK(c.text() == "[exit code 0]");
+  CHECK(f.ok("shell", json{{"command", "echo \"$A $B $PWD\""}}, "ag_1").text() ==
+        "1 2 " + (f.ws() / "sub").string() + "\n[exit code 0]");
+}
+
+TEST_CASE(
+    "box tools: shell sessions end with their MCP session or agent; a sweep removes a "
+    "dead agent's",
+    "[agent][tools]") {
+  Fixture f;
+  // Creates the sessions root (0700) through a real call.
+  REQUIRE_FALSE(f.ok("shell", json{{"command", "export X=agent"}}, "ag_1").is_error);
+  const fs::path root = f.sessions() / ("cocoonbox-shell-" + std::to_string(::geteuid()));
+  REQUIRE(fs::is_directory(root / "agent-ag_1"));
+
+  SECTION("an MCP session's shell sessions are its own and go when it ends") {
+    auto one = f.tools->open_mcp_scope();
+    auto two = f.tools->open_mcp_scope();
+    CHECK(one->prefix() != two->prefix());
+    const json set = json{{"command", "export X=one"}, {"session", "build"}};
+    const json get = json{{"command", "echo ${X-unset}"}, {"session", "build"}};
+    ToolResult r = test::run_sync(f.io, shell_call(*f.tools, set, "", one.get()));
+    CHECK(r.structured["session"] == one->prefix() + "build");
+    CHECK(test::run_sync(f.io, shell_call(*f.tools, get, "", one.get())).text() ==
+          "one\n[exit code 0]");
+    CHECK(test::run_sync(f.io, shell_call(*f.tools, get, "", two.get())).text() ==
+          "unset\n[exit code 0]");
+    const fs::path dir_one = root / (one->prefix() + "build");
+    const fs::path dir_two = root / (two->prefix() + "build");
+    REQUIRE(fs::exists(dir_one / "state"));
+    REQUIRE(fs::is_directory(dir_two));
+    one.reset();
+    CHECK(gone_soon(dir_one));
+    CHECK(fs::is_directory(dir_two));
+    CHECK(fs::is_directory(root / "agent-ag_1"));
+  }
+  SECTION("an agent's sessions, its named ones too, and no other agent's") {
+    REQUIRE_FALSE(f.ok("shell", json{{"command", "true"}, {"session", "web"}}, "ag_1").is_error);
+    REQUIRE_FALSE(f.ok("shell", json{{"command", "true"}}, "ag_10").is_error);
+    REQUIRE(fs::is_directory(root / "agent-ag_1-web"));
+    f.tools->end_agent_sessions("ag_1");
+    CHECK(gone_soon(root / "agent-ag_1"));
+    CHECK(gone_soon(root / "agent-ag_1-web"));
+    CHECK(fs::is_directory(root / "agent-ag_10"));
+  }
+  SECTION("at start, a dead agent's MCP sessions are swept; symlinks are removed, not followed") {
+    const pid_t dead = ::fork();
+    REQUIRE(dead >= 0);
+    if (dead == 0) ::_exit(0);
+    REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+    auto make_session = [&](const std::string& key) {
+      REQUIRE(::mkdir((root / key).c_str(), 0700) == 0);
+      std::ofstream(root / key / "state") << "export X=old\n";
+      std::ofstream(root / key / "state.123") << "partial";
+    };
+    const std::string of_dead = fmt::format("mcp-{}-1-build", dead);
+    const std::string of_me = fmt::format("mcp-{}-4-build", ::getpid());  // an earlier agent's
+    const std::string of_live = "mcp-1-1-build";  // pid 1 runs: another agent's, kept
+    const std::string unscoped = "mcp-build";     // no owner to outlive: kept
+    for (const auto& k : {of_dead, of_me, of_live, unscoped}) make_session(k);
+    const fs::path outside = f.dir.path() / "outside";
+    fs::create_directories(outside);
+    std::ofstream(outside / "keep") << "precious";
+    const std::string link = fmt::format("mcp-{}-2-link", dead);
+    fs::create_directory_symlink(outside, root / link);
+
+    auto task = [&]() -> asio::awaitable<size_t> {
+      const size_t n = co_await f.tools->sweep_sessions();
+      co_return n;
+    };
+    CHECK(test::run_sync(f.io, task()) == 3);
+    CHECK_FALSE(fs::exists(fs::symlink_status(root / of_dead)));
+    CHECK_FALSE(fs::exists(fs::symlink_status(root / of_me)));
+    CHECK_FALSE(fs::exists(fs::symlink_status(root / link)));
+    CHECK(fs::exists(outside / "keep"));
+    CHECK(fs::exists(root / of_live / "state"));
+    CHECK(fs::exists(root / unscoped / "state"));
+    CHECK(fs::exists(root / "agent-ag_1" / "state"));
   }
 }
 
