@@ -499,8 +499,9 @@ int run(std::span<char* const> args) {
       return 2;
     }
     state_cmd.gc = std::move(*gc_opts);
-    // The store the server would open (serve() above).
+    // The store the server would open (serve() above): --state-store, else --state-dir.
     state_cmd.open_store = [&cfg, &state_cmd]() -> Result<std::unique_ptr<state::Store>> {
+      if (!cfg.state_store.empty()) return state::open_store_url(cfg.state_store);
       fs::path dir = cfg.state_dir.empty() ? state_cmd.data_dir / "state" : fs::path(cfg.state_dir);
       ASSIGN_OR_RETURN(auto fs_store, state::FsStore::open(dir));
       return std::unique_ptr<state::Store>(std::move(fs_store));

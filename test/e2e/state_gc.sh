@@ -204,6 +204,11 @@ chunks >"$tmp/got.chunks"
 cmp -s "$tmp/want.chunks" "$tmp/got.chunks" || fail "after prune +40d: chunks differ from the kept snapshots' mark"
 prune state prune --now "+40d" >"$tmp/p2.txt" 2>&1 || fail "prune 3: $(cat "$tmp/p2.txt")"
 grep -q "0 deleted, 0 bytes freed" "$tmp/p2.txt" || fail "a second prune: $(cat "$tmp/p2.txt")"
+# The store as the server names it with --state-store (a file:// URL here) is the same store.
+prune --state-store "file://$store" state prune --now "+40d" --dry-run --json >"$tmp/p3.json" ||
+  fail "prune --state-store: $(cat "$tmp/p3.json")"
+[[ $(json 'v["users"][0]["chunks"]["listed"]' <"$tmp/p3.json") == $(chunks | wc -l) ]] ||
+  fail "prune --state-store file:// listed another store: $(cat "$tmp/p3.json")"
 ok "state prune --now +40d (default rule) kept exactly $(cat "$tmp/want.kept" | wc -l) snapshot(s), the head; a second run deletes nothing"
 
 start_api --autosave 0 --state-gc-interval 0
