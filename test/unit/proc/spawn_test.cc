@@ -18,6 +18,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace cb::proc {
@@ -411,6 +412,52 @@ TEST_CASE("Process: kill_group kills what the child left behind in its group", "
     CHECK(terminates_within_2s(pidfd));
     ::close(pidfd);
   }());
+}
+
+TEST_CASE("spawn: parent_death_signal ends the child when its parent is killed with -9",
+          "[proc][unit]") {
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t parent = ::fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    // The parent to be killed: spawns a long sleep, says its pid, waits. It never returns
+    // into the test framework.
+    ::close(report[0]);
+    pid_t child = 0;
+    try {
+      asio::io_context io;
+      SpawnOptions o;
+      o.argv = {"/bin/sleep", "1000"};
+      o.env = {kPath};
+      o.parent_death_signal = SIGKILL;
+      o.stdin_mode = Stdio::kNull;
+      o.stdout_mode = Stdio::kNull;
+      o.stderr_mode = Stdio::kNull;
+      auto p = spawn(io.get_executor(), o);
+      if (p.ok()) child = p->pid();
+      [[maybe_unused]] ssize_t n = ::write(report[1], &child, sizeof child);
+      while (true) ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(report[1]);
+  pid_t child = 0;
+  const bool reported =
+      ::read(report[0], &child, sizeof child) == static_cast<ssize_t>(sizeof child) && child > 0;
+  ::close(report[0]);
+  const int pidfd = reported ? static_cast<int>(::syscall(SYS_pidfd_open, child, 0)) : -1;
+  ::kill(parent, SIGKILL);
+  REQUIRE(::waitpid(parent, nullptr, 0) == parent);
+  REQUIRE(pidfd >= 0);
+  // The kernel sends SIGKILL as the parent dies; give the sleep up to 20 s to be seen gone (a
+  // bound for a loaded machine, not a timing assertion). Without the signal it sleeps on.
+  pollfd pfd{pidfd, POLLIN, 0};
+  const bool ended = ::poll(&pfd, 1, 20000) == 1;
+  if (!ended) ::kill(child, SIGKILL);
+  ::close(pidfd);
+  CHECK(ended);
 }
 
 TEST_CASE("spawn: a child runs as another user with only that user's groups", "[proc][unit]") {
