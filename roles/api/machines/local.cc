@@ -686,6 +686,15 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(LocalOptions options)
     b->split_note_ = probe_user_namespace(*b->box_user_, desk);
     if (b->split_note_.empty()) b->desktop_user_ = std::move(desk);
   }
+  if (b->root_ && !b->desktop_user_) {
+    // Boxes an earlier split ran keep their files, owned by this account; hand them back.
+    auto former = proc::lookup_user(b->options_.desktop_user.empty()
+                                        ? fmt::format("{}-desk", b->options_.box_user)
+                                        : b->options_.desktop_user);
+    if (former.ok() && former->uid != 0 && former->uid != b->box_user_->uid) {
+      b->former_desktop_ = std::move(former).value();
+    }
+  }
   CgroupSetup cgroups = probe_cgroups(b->options_);
   b->cgroup_dir_ = cgroups.dir;
   b->freeze_method_ = cgroups.freeze;
@@ -842,9 +851,14 @@ Status LocalBackend::prepare_dirs(const MachineSpec& spec, bool starting) {
     if (box_user_ && (created || starting)) {
       const proc::User& owner = users ? *desktop_user_ : *box_user_;
       struct stat st;
+      bool user_dir = p.box_dir == "home" || p.box_dir == "workspace";
       if (users && !created && ::lstat(dir.c_str(), &st) == 0 && st.st_uid == box_user_->uid) {
         // A box from before the split: its files are the agent account's.
         RETURN_IF_ERROR(hand_over(dir, *box_user_, *desktop_user_));
+      } else if (user_dir && !desktop_user_ && former_desktop_ && !created &&
+                 ::lstat(dir.c_str(), &st) == 0 && st.st_uid == former_desktop_->uid) {
+        // A box from a split that is off now: agent and tools are the box user again.
+        RETURN_IF_ERROR(hand_over(dir, *former_desktop_, *box_user_));
       }
       if (::chown(dir.c_str(), run ? 0 : owner.uid, run ? box_user_->gid : owner.gid) != 0) {
         return errno_status(errno, fmt::format("chown {}", dir.string()));

@@ -167,6 +167,9 @@ class LocalBackend final : public Backend {
   bool cpu_controller_ = false;
   std::optional<proc::User> box_user_;
   std::optional<proc::User> desktop_user_;
+  // The desktop account when the split is off but the account exists: boxes an earlier split
+  // ran are handed back to the box user at start.
+  std::optional<proc::User> former_desktop_;
   std::string split_note_;  // why there is no privilege split, when there is none
   int init_fd_ = -1;        // sealed memfd holding the box init (README.md §Init)
   // Shared with the coroutines working on a box, so a release() interleaving with another

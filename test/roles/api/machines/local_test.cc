@@ -521,19 +521,41 @@ TEST_CASE("LocalBackend: as root, the agent and its tools run as different host 
 TEST_CASE("LocalBackend: with split_users off, agent and tools share the box user",
           "[api][machines][integration]") {
   LocalOptions options = test_options();
-  options.split_users = false;
   TempDir dir;
   Janitor janitor(options);
+  // The desktop account, as a split made it (when root and isolated).
+  std::optional<proc::User> desk;
+  if (is_root()) desk = make_backend(options)->desktop_user();
+  options.split_users = false;
   auto backend = make_backend(options);
   CHECK(!backend->desktop_user());
   if (!backend->isolated()) return;
   CHECK(backend->isolation_note().find("NO PRIVILEGE SPLIT") != std::string::npos);
+  REQUIRE(backend->box_user());
+  const proc::User& agent = *backend->box_user();
   MachineSpec spec = counting_spec(dir.path(), unique_id("nosplit"));
   janitor.watch(spec);
+  // A box the split ran: its home is the desktop account's, and goes back to the box user.
+  const fs::path home = spec.box_dir / "home";
+  if (desk) {
+    fs::create_directories(home / "sub");
+    { std::ofstream(home / "sub" / "f") << "x"; }
+    for (const fs::path& p : {home, home / "sub", home / "sub" / "f"}) {
+      REQUIRE(::chown(p.c_str(), desk->uid, desk->gid) == 0);
+    }
+  }
   REQUIRE(backend->deliver_identity(spec, "{}").ok());
   start_counting(*backend, spec);
-  REQUIRE(backend->box_user());
-  CHECK(std::stoul(read_text(spec.box_dir / "run" / "uid")) == backend->box_user()->uid);
+  CHECK(std::stoul(read_text(spec.box_dir / "run" / "uid")) == agent.uid);
+  if (desk) {
+    for (const fs::path& p : {home, home / "sub", home / "sub" / "f"}) {
+      struct stat st;
+      INFO(p);
+      REQUIRE(::stat(p.c_str(), &st) == 0);
+      CHECK(st.st_uid == agent.uid);
+      CHECK(st.st_gid == agent.gid);
+    }
+  }
   release_and_check_gone(*backend, spec);
 }
 
