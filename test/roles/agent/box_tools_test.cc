@@ -4,7 +4,9 @@
 #include "roles/agent/box_tools.h"
 
 #include "base/base64.h"
+#include "mcp/server.h"
 #include "proc/user.h"
+#include "roles/agent/box_mcp.h"
 #include "support/run_sync.h"
 #include "support/temp_dir.h"
 
@@ -487,6 +489,58 @@ TEST_CASE(
     CHECK(fs::exists(root / unscoped / "state"));
     CHECK(fs::exists(root / "agent-ag_1" / "state"));
   }
+}
+
+// The MCP transport seam: records what the session sends.
+class Recorder : public mcp::RequestChannel, public mcp::SessionOutlet {
+ public:
+  asio::awaitable<Status> send(const mcp::Message& message) override {
+    sent.push_back(message);
+    co_return ok_status();
+  }
+  void post(mcp::Message message) override { posted.push_back(std::move(message)); }
+  std::vector<mcp::Message> sent;
+  std::vector<mcp::Message> posted;
+};
+
+TEST_CASE("box MCP: a shell session belongs to its MCP session and goes when that ends",
+          "[agent][tools]") {
+  Fixture f;
+  BoxMcpTools tools(*f.tools);
+  mcp::ServerOptions options;
+  options.info.name = "box-test";
+  options.info.version = "1";
+  mcp::Server server(options, tools);
+  Recorder recorder;
+  mcp::TransportContext transport;
+  auto session = server.open_session(f.io.get_executor(), recorder, "s1");
+  int next_id = 1;
+  auto request = [&](std::string method, mcp::Json params) {
+    auto r = test::run_sync(
+        f.io, session->handle_request(
+                  mcp::Message::request(next_id++, std::move(method), std::move(params)), recorder,
+                  transport));
+    REQUIRE(r.has_value());
+    return r->result;
+  };
+  request("initialize", mcp::Json{{"protocolVersion", "2025-06-18"},
+                                  {"capabilities", mcp::Json::object()},
+                                  {"clientInfo", {{"name", "t"}, {"version", "1"}}}});
+  const mcp::Json set = {{"name", "shell"},
+                         {"arguments", {{"command", "export X=1"}, {"session", "build"}}}};
+  mcp::Json r = request("tools/call", set);
+  INFO(r.dump());
+  REQUIRE(r["structuredContent"]["session"].is_string());
+  const std::string key = r["structuredContent"]["session"].get<std::string>();
+  CHECK(key.rfind(fmt::format("mcp-{}-", ::getpid()), 0) == 0);
+  const mcp::Json get = {{"name", "shell"},
+                         {"arguments", {{"command", "echo $X"}, {"session", "build"}}}};
+  CHECK(request("tools/call", get)["content"][0]["text"] == "1\n[exit code 0]");
+  const fs::path dir = f.sessions() / ("cocoonbox-shell-" + std::to_string(::geteuid())) / key;
+  REQUIRE(fs::exists(dir / "state"));
+  session->close();
+  session.reset();
+  CHECK(gone_soon(dir));
 }
 
 TEST_CASE("box tools: shell sessions are private to the user", "[agent][tools]") {
