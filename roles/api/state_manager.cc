@@ -524,9 +524,9 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
     if (entry == nullptr)
       return not_found(fmt::format("snapshot_id: {} is not in the box's timeline", snapshot_id));
     // The agent reads the manifest as one object: a delta is made whole first (§25.8).
-    ASSIGN_OR_RETURN(state::Manifest manifest,
-                     state::materialize_manifest(store, keys, location, snapshot_id,
-                                                 crypto::system_random()));
+    ASSIGN_OR_RETURN(
+        state::Manifest manifest,
+        state::materialize_manifest(store, keys, location, snapshot_id, crypto::system_random()));
     Plan p;
     p.saved_at_ms = entry->saved_at_ms;
     for (size_t i = 0; i < scope.size(); ++i) {
