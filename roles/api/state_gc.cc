@@ -49,15 +49,16 @@ BoxGcReport box_report(const std::string& box, const state::PruneResult& pruned)
   r.head = pruned.head;
   r.decisions = pruned.plan.decisions;
   r.timeline_rewritten = pruned.timeline_rewritten;
+  r.compacted = pruned.compacted;
   r.deleted_objects = pruned.deleted.size();
   r.deleted_bytes = pruned.deleted_bytes;
   return r;
 }
 
 std::string box_line(const std::string& user, const BoxGcReport& b, bool dry_run) {
-  return fmt::format("prune {}/{}: kept {}, dropped {}; {} {} objects ({} bytes)", user, b.box,
-                     b.kept(), b.dropped(), dry_run ? "would delete" : "deleted", b.deleted_objects,
-                     b.deleted_bytes);
+  return fmt::format("prune {}/{}: kept {}, dropped {}, compacted {}; {} {} objects ({} bytes)",
+                     user, b.box, b.kept(), b.dropped(), b.compacted,
+                     dry_run ? "would delete" : "deleted", b.deleted_objects, b.deleted_bytes);
 }
 
 std::string mark_line(const state::SweepMark& mark) {
@@ -151,6 +152,7 @@ json report_json(const UserGcReport& r) {
                          {"kept", std::move(kept)},
                          {"dropped", std::move(dropped)},
                          {"timeline_rewritten", b.timeline_rewritten},
+                         {"compacted", b.compacted},
                          {"deleted_objects", b.deleted_objects},
                          {"deleted_bytes", b.deleted_bytes}});
   }
@@ -622,10 +624,10 @@ int run_state_command(const StateCommandOptions& opts, std::ostream& out, std::o
       continue;
     }
     for (const BoxGcReport& b : report->boxes) {
-      out << fmt::format("{} ({}) box {}: kept {}, dropped {}; {} {} objects ({} bytes)\n", user,
-                         u.name, b.box, b.kept(), b.dropped(),
-                         opts.dry_run ? "would delete" : "deleted", b.deleted_objects,
-                         b.deleted_bytes);
+      out << fmt::format(
+          "{} ({}) box {}: kept {}, dropped {}, compacted {}; {} {} objects ({} bytes)\n", user,
+          u.name, b.box, b.kept(), b.dropped(), b.compacted,
+          opts.dry_run ? "would delete" : "deleted", b.deleted_objects, b.deleted_bytes);
       for (const auto& d : b.decisions) {
         out << fmt::format("  {} {}  {}  {}\n", d.keep ? "keep" : "drop", d.snapshot_id,
                            utc_ms(d.saved_at_ms), d.keep ? d.reason : std::string());

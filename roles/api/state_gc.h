@@ -66,6 +66,7 @@ struct BoxGcReport {
   std::string head;
   std::vector<state::RetentionDecision> decisions;  // timeline order
   bool timeline_rewritten = false;
+  size_t compacted = 0;          // kept manifests rebased or made whole before the deletes (§25.8)
   uint64_t deleted_objects = 0;  // records and manifests (in a dry run: that would go)
   uint64_t deleted_bytes = 0;
 

@@ -153,12 +153,25 @@ StateManager::~StateManager() { *alive_ = false; }
 
 void StateManager::stop() { stopping_ = true; }
 
-std::string StateManager::new_ticket(Ticket ticket) {
+StateManager::TicketGuard StateManager::issue_ticket(const std::string& box_id,
+                                                     const std::string& user, bool restore,
+                                                     std::set<std::string> allowed) {
+  Ticket t;
+  t.box_id = box_id;
+  t.user = user;
+  t.restore = restore;
+  t.allowed = std::move(allowed);
+  t.expires_unix =
+      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
   std::array<uint8_t, 16> raw{};
   crypto::system_random().fill(raw);
   std::string id = crypto::hex_encode(std::span<const uint8_t>(raw.data(), raw.size()));
-  tickets_[id] = std::move(ticket);
-  return id;
+  tickets_[id] = std::move(t);
+  return TicketGuard(this, std::move(id));
+}
+
+StateManager::TicketGuard::~TicketGuard() {
+  if (*alive_) self_->tickets_.erase(id_);
 }
 
 Result<std::string> StateManager::object_url(std::string_view method,
@@ -266,20 +279,8 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     parent = std::move(*m);
   }
 
-  Ticket t;
-  t.box_id = box_id;
-  t.user = user;
-  t.expires_unix =
-      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
-  const std::string ticket = new_ticket(std::move(t));
-  struct Erase {
-    StateManager* self;
-    std::shared_ptr<bool> alive;
-    std::string id;
-    ~Erase() {
-      if (*alive) self->tickets_.erase(id);
-    }
-  } erase{this, alive, ticket};
+  const TicketGuard guard = issue_ticket(box_id, user, false, std::set<std::string>());
+  const std::string& ticket = guard.id();
 
   av1::SaveRequest req;
   req.mutable_access()->set_state_key(raw_key);
@@ -556,22 +557,8 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
     }
   } detach{&boxes_, alive, box_id};
 
-  Ticket t;
-  t.box_id = box_id;
-  t.user = user;
-  t.restore = true;
-  t.allowed = std::move(plan->chunks);
-  t.expires_unix =
-      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
-  const std::string ticket = new_ticket(std::move(t));
-  struct Erase {
-    StateManager* self;
-    std::shared_ptr<bool> alive;
-    std::string id;
-    ~Erase() {
-      if (*alive) self->tickets_.erase(id);
-    }
-  } erase{this, alive, ticket};
+  const TicketGuard guard = issue_ticket(box_id, user, true, std::move(plan->chunks));
+  const std::string& ticket = guard.id();
 
   av1::RestoreRequest req;
   req.mutable_access()->set_state_key(raw_key);
@@ -676,22 +663,8 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
   if (!plan->head) co_return std::string("the box was never saved: it starts empty");
   const state::Head head = *plan->head;
 
-  Ticket t;
-  t.box_id = box_id;
-  t.user = user;
-  t.restore = true;
-  t.allowed = std::move(plan->chunks);
-  t.expires_unix =
-      now_unix() + std::chrono::duration_cast<std::chrono::seconds>(kTransferTimeout).count();
-  const std::string ticket = new_ticket(std::move(t));
-  struct Erase {
-    StateManager* self;
-    std::shared_ptr<bool> alive;
-    std::string id;
-    ~Erase() {
-      if (*alive) self->tickets_.erase(id);
-    }
-  } erase{this, alive, ticket};
+  const TicketGuard guard = issue_ticket(box_id, user, true, std::move(plan->chunks));
+  const std::string& ticket = guard.id();
 
   av1::RestoreRequest req;
   req.mutable_access()->set_state_key(*raw_key);

@@ -184,7 +184,26 @@ class StateManager {
     int64_t expires_unix = 0;
     uint64_t relayed_bytes = 0;  // object bytes the door's routes carried (filesystem store)
   };
-  std::string new_ticket(Ticket ticket);
+  // Erases its ticket when it goes, unless the manager went first. Not copyable or movable:
+  // it lives in the call's frame for the whole transfer.
+  class TicketGuard {
+   public:
+    TicketGuard(StateManager* self, std::string id)
+        : self_(self), alive_(self->alive_), id_(std::move(id)) {}
+    TicketGuard(const TicketGuard&) = delete;
+    TicketGuard& operator=(const TicketGuard&) = delete;
+    ~TicketGuard();
+    const std::string& id() const { return id_; }
+
+   private:
+    StateManager* self_;
+    std::shared_ptr<bool> alive_;
+    std::string id_;
+  };
+  // A ticket for one save (restore false) or restore of |box_id| (which may fetch exactly
+  // |allowed|), valid for the longest transfer (kTransferTimeout).
+  TicketGuard issue_ticket(const std::string& box_id, const std::string& user, bool restore,
+                           std::set<std::string> allowed);
   // A URL for |method| ("GET" or "PUT") of the object |key|, valid options_.url_ttl: an S3
   // presigned URL with an S3 store, else a door URL signed by signer_.
   // Errors: kInvalidArgument for a bad key.
