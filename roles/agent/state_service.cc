@@ -27,6 +27,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdio.h>
@@ -357,6 +358,8 @@ class UrlStore final : public state::Store {
     if (progress_.cancel.load()) return cancelled("the caller went away");
     auto it = urls_.find(std::string(key));
     if (it == urls_.end()) return not_found(fmt::format("{}: no URL was given for it", key));
+    // restore_snapshot() fetches from several threads; the JobHttp is one connection.
+    std::lock_guard lock(mu_);
     auto r = http_.request("GET", it->second, {}, "chunk");
     if (r.ok()) {
       ++progress_.chunks;
@@ -378,6 +381,7 @@ class UrlStore final : public state::Store {
   JobHttp& http_;
   std::map<std::string, std::string> urls_;  // object key -> URL
   Progress& progress_;
+  std::mutex mu_;  // one request at a time on http_
 };
 
 struct SaveJob {

@@ -6,14 +6,18 @@
 #include "state/snapshot.h"
 
 #include <array>
+#include <condition_variable>
 #include <errno.h>
 #include <fcntl.h>
 #include <filesystem>
 #include <grp.h>
+#include <mutex>
+#include <optional>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -85,6 +89,98 @@ std::string_view name_of(std::string_view rel) {
   return slash == std::string_view::npos ? rel : rel.substr(slash + 1);
 }
 
+// Fetches and opens the chunks of |jobs| on threads of its own, at most |window| chunks ahead
+// of next(), which returns them in job order. With threads <= 1, next() fetches itself.
+// Destroying it stops the threads after the fetches in progress.
+class ChunkFetcher {
+ public:
+  struct Job {
+    const Entry* entry;
+    const ChunkRef* ref;
+  };
+
+  ChunkFetcher(Store& store, const StateKeys& keys, const std::string& user, std::vector<Job> jobs,
+               int threads)
+      : store_(store), keys_(keys), user_(user), jobs_(std::move(jobs)) {
+    if (threads <= 1 || jobs_.size() <= 1) return;
+    ring_.resize(size_t(threads) * 4);
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~ChunkFetcher() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  ChunkFetcher(const ChunkFetcher&) = delete;
+  ChunkFetcher& operator=(const ChunkFetcher&) = delete;
+
+  // The plaintext of the next job's chunk. REQUIRES: fewer calls than jobs.
+  Result<std::string> next() {
+    const size_t i = consumed_;
+    if (threads_.empty()) {
+      ++consumed_;
+      return fetch(jobs_[i]);
+    }
+    std::unique_lock lock(mu_);
+    std::optional<Result<std::string>>& slot = ring_[i % ring_.size()];
+    cv_.wait(lock, [&] { return slot.has_value(); });
+    Result<std::string> out = std::move(*slot);
+    slot.reset();
+    ++consumed_;
+    lock.unlock();
+    cv_.notify_all();  // room in the window
+    return out;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] {
+        return stopping_ || next_job_ >= jobs_.size() || next_job_ < consumed_ + ring_.size();
+      });
+      if (stopping_ || next_job_ >= jobs_.size()) return;
+      const size_t i = next_job_++;
+      lock.unlock();
+      Result<std::string> r = fetch(jobs_[i]);
+      lock.lock();
+      ring_[i % ring_.size()].emplace(std::move(r));
+      cv_.notify_all();
+    }
+  }
+
+  Result<std::string> fetch(const Job& job) {
+    const Entry& e = *job.entry;
+    const ChunkRef& ref = *job.ref;
+    const std::string what = "file " + e.path + ": chunk " + ref.id.hex();
+    auto sealed = store_.get(chunk_key(user_, ref.id));
+    if (!sealed.ok()) {
+      if (sealed.status().code() == Code::kNotFound) return data_loss(what + ": missing");
+      return sealed.status().with_prefix(what);
+    }
+    auto plain = open_chunk(keys_, ref.id, *sealed);
+    if (!plain.ok())
+      return data_loss("file " + e.path + ": " + std::string(plain.status().message()));
+    if (plain->size() != ref.size) return data_loss(what + ": size differs from the manifest");
+    return plain;
+  }
+
+  Store& store_;
+  const StateKeys& keys_;
+  const std::string& user_;
+  const std::vector<Job> jobs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<Result<std::string>>> ring_;  // slot i % size: job i; guarded by mu_
+  size_t next_job_ = 0;                                   // guarded by mu_
+  size_t consumed_ = 0;    // guarded by mu_ (read unlocked only without threads)
+  bool stopping_ = false;  // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
 class Restorer {
  public:
   Restorer(Store& store, const StateKeys& keys, std::string_view user,
@@ -96,6 +192,13 @@ class Restorer {
   // Writes |entries| (path order) under the directory |root|, whose path is |root_path|.
   Status write_all(int root, const std::vector<std::pair<std::string, const Entry*>>& entries) {
     root_ = root;
+    std::vector<ChunkFetcher::Job> jobs;
+    for (const auto& [rel, e] : entries) {
+      if (rel.empty() || e->kind != EntryKind::kFile) continue;
+      for (const ChunkRef& ref : e->chunks) jobs.push_back(ChunkFetcher::Job{e, &ref});
+    }
+    ChunkFetcher fetcher(store_, keys_, user_, std::move(jobs), options_.fetch_threads);
+    fetcher_ = &fetcher;
     std::vector<std::pair<std::string, const Entry*>> dirs, links;
     for (const auto& [rel, e] : entries) {
       if (rel.empty()) {  // the target itself
@@ -249,19 +352,10 @@ class Restorer {
     Fd fd(
         ::openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd.get() < 0) return errno_status("create " + e.path, errno);
-    for (const ChunkRef& ref : e.chunks) {
-      const std::string what = "file " + e.path + ": chunk " + ref.id.hex();
-      auto sealed = store_.get(chunk_key(user_, ref.id));
-      if (!sealed.ok()) {
-        if (sealed.status().code() == Code::kNotFound) return data_loss(what + ": missing");
-        return sealed.status().with_prefix(what);
-      }
-      auto plain = open_chunk(keys_, ref.id, *sealed);
-      if (!plain.ok())
-        return data_loss("file " + e.path + ": " + std::string(plain.status().message()));
-      if (plain->size() != ref.size) return data_loss(what + ": size differs from the manifest");
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      ASSIGN_OR_RETURN(std::string plain, fetcher_->next());  // e.chunks[c], opened and checked
       ++result_.chunks_fetched;
-      std::string_view rest = *plain;
+      std::string_view rest = plain;
       while (!rest.empty()) {
         ssize_t n = ::write(fd.get(), rest.data(), rest.size());
         if (n < 0) {
@@ -284,6 +378,7 @@ class Restorer {
   const RestoreOptions& options_;
   bool chown_ = false;
   int root_ = -1;
+  ChunkFetcher* fetcher_ = nullptr;  // write_all()'s
   Fd cached_dir_;
   std::string cached_rel_;
   RestoreResult result_;

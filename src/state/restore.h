@@ -13,7 +13,9 @@
 //     manifest itself restores (symlinks are created last, as data, never followed).
 //   - Each chunk is opened (chunk.h) before its bytes are written: a tampered chunk fails the
 //     restore with kDataLoss naming the file and chunk; a missing one the same way. No file
-//     is ever written with bytes its chunk ids do not name.
+//     is ever written with bytes its chunk ids do not name. Chunks are fetched and opened
+//     on RestoreOptions::fetch_threads threads ahead of the writer; the errors are the same
+//     ones, reported for the first chunk in manifest order that fails.
 //
 // Thread-safety: reentrant; give concurrent restores distinct targets.
 
@@ -55,6 +57,11 @@ struct RestoreOptions {
   std::optional<std::pair<uint32_t, uint32_t>> owner;
   // Called after each file (the agent's TransferProgress). May be empty.
   std::function<void(uint64_t files_done, uint64_t bytes_done)> progress;
+  // Threads that fetch and open (decrypt, decompress, verify) chunks ahead of the writer, at
+  // most 4 * fetch_threads chunks ahead; the calling thread writes the files in manifest
+  // order. 1 fetches on the calling thread. docs/benchmarks.md "state: save and restore
+  // against restic".
+  int fetch_threads = 4;
 };
 
 struct RestoreResult {

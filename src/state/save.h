@@ -67,10 +67,14 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // The ChunkSink of save_snapshot(): stores each chunk that is neither in |known| nor in the
 // store, and counts what it stored. Exposed for callers that drive scan_tree() themselves.
 //
-// The known-check, the stat and the sealing run on the caller's thread (so |random| is only
-// used there); with put_threads > 1 the puts run on that many threads of the sink's own, at
-// most 2 * put_threads sealed chunks queued (add() waits for room). finish() waits for every
-// put: every chunk added is stored only once it returned ok, so call it before committing.
+// The known-check and the stat run on the caller's thread. With put_threads <= 1 the sealing
+// and the put do too; with put_threads > 1 the sink copies each new chunk's plaintext into a
+// queue (at most 2 * put_threads chunks; add() waits for room) and that many threads of the
+// sink's own compress, seal and put them, so sealing — most of a save's CPU — no longer runs
+// on the scanning thread. |random| is then called from those threads, one call at a time
+// (the sink serialises them), so it need not be thread-safe. finish() waits for every put:
+// every chunk added is stored only once it returned ok, so call it before committing.
+// added_stored_bytes() is complete only after finish().
 class StoreChunkSink final : public ChunkSink {
  public:
   // |store|, |keys| and |random| are not owned and must outlive the sink.
@@ -91,17 +95,28 @@ class StoreChunkSink final : public ChunkSink {
 
   uint64_t added_chunks() const { return added_chunks_; }
   uint64_t added_bytes() const { return added_bytes_; }
-  uint64_t added_stored_bytes() const { return added_stored_bytes_; }
+  uint64_t added_stored_bytes() const { return added_stored_bytes_; }  // after finish()
 
  private:
   Store& store_;
   const StateKeys& keys_;
   std::string user_;
-  crypto::Random& random_;
+  // |random| behind a mutex: the put threads seal concurrently.
+  class LockedRandom final : public crypto::Random {
+   public:
+    explicit LockedRandom(crypto::Random& inner) : inner_(inner) {}
+    void fill(std::span<uint8_t> out) override;
+
+   private:
+    std::mutex mu_;
+    crypto::Random& inner_;
+  };
+  LockedRandom locked_random_;
   std::unordered_set<ChunkId, ChunkIdHash> known_;
   struct Put {
     std::string key;
-    std::string sealed;
+    ChunkId id;
+    std::string plaintext;
   };
   std::mutex mu_;
   std::condition_variable cv_;
@@ -113,7 +128,7 @@ class StoreChunkSink final : public ChunkSink {
   size_t max_queued_ = 0;
   uint64_t added_chunks_ = 0;
   uint64_t added_bytes_ = 0;
-  uint64_t added_stored_bytes_ = 0;
+  uint64_t added_stored_bytes_ = 0;  // guarded by mu_ while put threads run
 };
 
 }  // namespace cb::state

@@ -271,6 +271,70 @@ TEST_CASE("restore: a tampered or missing chunk is kDataLoss naming the file", "
   }
 }
 
+// Chunks are fetched and opened ahead of the writer on several threads; the writer still
+// reports the first bad chunk in manifest order, whatever the fetch threads reached first.
+TEST_CASE("restore: with fetch threads the first bad chunk in path order is the error",
+          "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  const Entry* notes = saved->manifest.find("home/user/notes.txt");
+  const Entry* big = saved->manifest.find("home/user/work/big.bin");
+  REQUIRE(notes != nullptr);
+  REQUIRE(big != nullptr);
+  REQUIRE(notes->chunks.size() == 1);
+  std::vector<std::string> gone = {chunk_key("u1", big->chunks.back().id)};
+  REQUIRE(w.store->delete_batch(gone).ok());
+  const std::string notes_key = chunk_key("u1", notes->chunks[0].id);
+  std::string sealed = *w.store->get(notes_key);
+  sealed[sealed.size() / 2] ^= 0x01;
+  REQUIRE(w.store->put(notes_key, sealed).ok());
+
+  for (int threads : {1, 2, 8}) {
+    INFO("fetch threads " << threads);
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
+    o.fetch_threads = threads;
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(!done.ok());
+    CHECK(done.status().code() == Code::kDataLoss);
+    const std::string message(done.status().message());
+    CHECK(message.find("home/user/notes.txt") != std::string::npos);
+    CHECK(message.find(notes->chunks[0].id.hex()) != std::string::npos);
+    CHECK(!std::filesystem::exists(o.target));
+  }
+  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
+    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+  }
+}
+
+TEST_CASE("restore: any number of fetch threads restores the same tree", "[state][unit]") {
+  World w;
+  w.make_tree();
+  for (int i = 0; i < 20; ++i) {
+    write_file(w.home() / ("many/f" + std::to_string(i)), noise(3000 + 700 * size_t(i), 40 + i),
+               kOldMtimeNs + 200 + i);
+  }
+  test_util::set_mtime(w.home() / "many", kOldMtimeNs + 300);
+  test_util::set_mtime(w.home(), kOldMtimeNs + 100);
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  const auto expected = picture(w.home());
+  for (int threads : {1, 3, 16}) {
+    INFO("fetch threads " << threads);
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
+    o.fetch_threads = threads;
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(done.ok());
+    CHECK(done->files == 25);
+    CHECK(picture(o.target) == expected);
+  }
+}
+
 TEST_CASE("restore: a scope of paths keeps the box path under the target", "[state][unit]") {
   World w;
   w.make_tree();
