@@ -814,9 +814,12 @@ asio::awaitable<Status> AgentsService::compact(const std::string& agent_id,
 
 asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const std::string& turn_id,
                                             const TurnConfig& tc, std::string* waiting) {
-  auto endpoint = model::parse_endpoint(config_.model_endpoint);
-  if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
-  model::Client client(executor_, std::move(*endpoint));
+  if (client_ == nullptr) {
+    auto endpoint = model::parse_endpoint(config_.model_endpoint);
+    if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
+    client_ = std::make_unique<model::Client>(executor_, std::move(*endpoint));
+  }
+  model::Client& client = *client_;
   auto items = co_await db_.run(
       [&](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
   if (!items.ok()) co_return items.status();

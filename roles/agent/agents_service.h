@@ -165,6 +165,8 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   std::map<std::string, std::shared_ptr<Running>> running_;  // by agent id
   std::list<Subscriber*> subscribers_;
   std::map<std::string, std::unique_ptr<model::RequestEncoder>> encoders_;  // by agent id
+  // Shared by every loop, so its kept-alive connections to the model door serve all steps.
+  std::unique_ptr<model::Client> client_;
   bool stopping_ = false;
 };
 

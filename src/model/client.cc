@@ -19,6 +19,9 @@ using std::chrono::milliseconds;
 
 // An error body is read up to this size for its message; the rest is not needed.
 constexpr size_t kMaxErrorBody = 64 * 1024;
+// After a stream's terminal event: how long and how much is read to reach the body's end.
+constexpr milliseconds kDrainWait{250};
+constexpr size_t kMaxDrain = 64 * 1024;
 // A non-streamed answer larger than this is refused (a model's answer is kilobytes).
 constexpr size_t kMaxJsonBody = 32u << 20;
 
@@ -159,6 +162,34 @@ Client::Client(net::Executor executor, Endpoint endpoint)
       jitter_state_(
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1) {}
 
+Client::~Client() {
+  for (Idle& i : idle_) i.conn->close();
+}
+
+std::unique_ptr<http::Http1Client> Client::take_idle() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!idle_.empty()) {
+    Idle i = std::move(idle_.back());
+    idle_.pop_back();
+    if (now - i.since < kMaxIdleAge && i.conn->reusable()) return std::move(i.conn);
+    i.conn->close();
+  }
+  return nullptr;
+}
+
+void Client::keep(std::unique_ptr<http::Http1Client> conn) {
+  if (conn == nullptr) return;
+  if (!conn->reusable()) {
+    conn->close();
+    return;
+  }
+  if (idle_.size() >= kMaxIdle) {
+    idle_.front().conn->close();
+    idle_.erase(idle_.begin());
+  }
+  idle_.push_back(Idle{std::move(conn), std::chrono::steady_clock::now()});
+}
+
 asio::awaitable<Status> Client::ensure_tls() {
   if (!endpoint_.tls || endpoint_.tls_context != nullptr) co_return ok_status();
   net::TlsClientOptions o;
@@ -222,28 +253,41 @@ asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const 
   auto read_deadline = [&] { return std::min(deadline, net::after(options.idle_timeout)); };
   const std::string where = endpoint_.unix_path.empty() ? endpoint_.url : endpoint_.unix_path;
 
-  http::Http1DialOptions dial;
-  dial.host = endpoint_.host;
-  dial.port = endpoint_.port;
-  dial.unix_path = endpoint_.unix_path;
-  dial.tls = endpoint_.tls ? endpoint_.tls_context : nullptr;
-  auto conn = co_await http::dial_http1(executor_, dial, deadline);
-  if (!conn.ok()) {
-    state.retryable = conn.status().code() == Code::kUnavailable;
-    co_return conn.status().with_prefix(fmt::format("model gateway {}: connect", where));
-  }
-  http::Http1Client& client = **conn;
-
-  http::Headers headers = request_headers(endpoint_, model, options.stream);
-  headers.push_back(http::Header{std::string("content-length"), std::to_string(body.size())});
-  std::string target = endpoint_.path_prefix + std::string(wire_path(model.wire));
-  Status sent = co_await client.send_head(std::string("POST"), std::move(target),
-                                          std::move(headers), deadline);
-  if (sent.ok()) sent = co_await client.write_body(body, deadline);
-  if (!sent.ok()) {
+  std::unique_ptr<http::Http1Client> owned = take_idle();
+  bool reused = owned != nullptr;
+  for (;;) {
+    if (owned == nullptr) {
+      http::Http1DialOptions dial;
+      dial.host = endpoint_.host;
+      dial.port = endpoint_.port;
+      dial.unix_path = endpoint_.unix_path;
+      dial.tls = endpoint_.tls ? endpoint_.tls_context : nullptr;
+      auto conn = co_await http::dial_http1(executor_, dial, deadline);
+      if (!conn.ok()) {
+        state.retryable = conn.status().code() == Code::kUnavailable;
+        co_return conn.status().with_prefix(fmt::format("model gateway {}: connect", where));
+      }
+      owned = std::move(*conn);
+    }
+    http::Headers headers = request_headers(endpoint_, model, options.stream);
+    headers.push_back(http::Header{std::string("content-length"), std::to_string(body.size())});
+    std::string target = endpoint_.path_prefix + std::string(wire_path(model.wire));
+    Status sent = co_await owned->send_head(std::string("POST"), std::move(target),
+                                            std::move(headers), deadline);
+    if (sent.ok()) sent = co_await owned->write_body(body, deadline);
+    if (sent.ok()) break;
+    owned->close();
+    owned.reset();
+    if (reused && sent.code() == Code::kUnavailable) {
+      // A kept connection the other side closed while idle: the request did not reach it
+      // whole (a body shorter than its content-length is never handled). Dial once more.
+      reused = false;
+      continue;
+    }
     state.retryable = sent.code() == Code::kUnavailable;
     co_return sent.with_prefix(fmt::format("model gateway {}: sending the request", where));
   }
+  http::Http1Client& client = *owned;
 
   auto head = co_await client.read_head(read_deadline());
   if (!head.ok()) {
@@ -282,7 +326,7 @@ asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const 
         co_return resource_exhausted(
             fmt::format("model answer larger than {} bytes", kMaxJsonBody));
     }
-    client.close();
+    keep(std::move(owned));  // read to its end: reusable unless the gateway asked to close
     auto parsed = parse_response(model.wire, all);
     if (!parsed.ok()) {
       state.retryable = parsed.status().code() == Code::kUnavailable ||
@@ -357,7 +401,27 @@ asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const 
       if (assembler->done()) break;
     }
   }
-  client.close();  // one connection per call; after the terminal event nothing else is read
+  if (clean_end) {
+    keep(std::move(owned));
+  } else if (assembler->done()) {
+    // The terminal event came; the body's end (the last chunk, OpenAI's [DONE]) follows at
+    // once from a well-behaved gateway. Read it briefly so the connection can be kept; one
+    // that lingers is closed instead.
+    const net::Deadline drain = std::min(read_deadline(), net::after(kDrainWait));
+    size_t drained = 0;
+    for (;;) {
+      auto piece = co_await client.read_body(drain);
+      if (!piece.ok() || piece->empty()) break;
+      drained += piece->size();
+      if (drained > kMaxDrain) {
+        client.close();
+        break;
+      }
+    }
+    keep(std::move(owned));
+  } else {
+    client.close();
+  }
   auto response = assembler->finish(clean_end);
   if (!response.ok()) {
     state.retryable = response.status().code() == Code::kUnavailable;

@@ -33,8 +33,14 @@
 // call returns kCancelled. As everywhere here, the coroutine root must have done
 // `co_await asio::this_coro::throw_if_cancelled(false)` (Asio 1.22 throws otherwise).
 //
-// Connections: one per call (HTTP/1.1, closed at the end); the door is a local unix socket and
-// a model call lasts seconds, so pooling would buy nothing measurable.
+// Connections: HTTP/1.1, kept alive between calls. A connection whose answer was read to its
+// end goes back to a small idle set and the next call reuses it if it is younger than
+// kMaxIdleAge (below the door's idle timeout, 60 s, and common gateways' 5 s), which saves a
+// socket/connect and the door's accept per agent step. A kept connection the other side
+// closed meanwhile shows when the request is sent: the request then never reached it, and the
+// call dials once more at once (not counted as an attempt). A request that was sent but got
+// no answer is not re-sent on that ground: the retry policy below decides, as for a fresh
+// connection. Error answers, cut or cancelled streams close their connection.
 //
 // Affinity: the executor given to the constructor; call() may run several times concurrently.
 
@@ -51,6 +57,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+namespace cb::http {
+class Http1Client;
+}
 
 namespace cb::model {
 
@@ -104,6 +115,13 @@ struct CallOptions {
 class Client {
  public:
   Client(net::Executor executor, Endpoint endpoint);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // How long an idle connection may wait for the next call, and how many are kept.
+  static constexpr std::chrono::milliseconds kMaxIdleAge{4000};
+  static constexpr size_t kMaxIdle = 2;
 
   // Sends |request| to |model| on the model's wire and returns the assembled answer.
   // Errors: see the file comment.
@@ -117,10 +135,20 @@ class Client {
   asio::awaitable<Result<Response>> attempt(const ModelInfo& model, const std::string& body,
                                             const CallOptions& options, Attempt& state);
   asio::awaitable<Status> ensure_tls();
+  // The newest idle connection young enough to reuse, or null; older ones are closed.
+  std::unique_ptr<http::Http1Client> take_idle();
+  // Keeps |conn| for the next call when it is reusable(), else closes it.
+  void keep(std::unique_ptr<http::Http1Client> conn);
+
+  struct Idle {
+    std::unique_ptr<http::Http1Client> conn;
+    std::chrono::steady_clock::time_point since;
+  };
 
   net::Executor executor_;
   Endpoint endpoint_;
   uint64_t jitter_state_;
+  std::vector<Idle> idle_;  // oldest first
 };
 
 // The request fields the client sends for |model| (content-type, accept, the wire's version

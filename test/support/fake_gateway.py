@@ -42,7 +42,10 @@ Control endpoints (plain JSON):
                          "outcome": "answered" | "refused" | "cut" | "held",
                          "client_closed": true once the client closed a held stream,
                          "t_accept", "t_done": time.monotonic() when the connection was
-                         accepted and when a stream's last event was sent (else null)}
+                         accepted (for a later request on a kept-alive connection: when its
+                         request line arrived) and when a stream's last event was sent
+                         (else null), "conn": the connection's number (1, 2, ... in
+                         accept order), "conn_closed": true once the fake closed it}
   GET  /_fake/health    {"ok": true}
 
 A turn (every field optional) answers the next model request:
@@ -63,6 +66,8 @@ A turn (every field optional) answers the next model request:
   "cut_after":     n: close the connection after n events, without ending the body
   "hold_after":    n: after n events, send nothing more and wait (up to 30 s) until the
                    client closes; the request then shows "client_closed": true
+  "close_after":   true: answer, then close the connection without announcing it (as a
+                   server whose keep-alive idle time ran out)
 """
 
 import argparse
@@ -96,6 +101,11 @@ ACCEPTED_LOCK = threading.Lock()
 def note_accepted(conn):
     with ACCEPTED_LOCK:
         ACCEPTED[id(conn)] = time.monotonic()
+
+
+# Connections numbered from 1 in accept order (a request's "conn"), by id of the socket.
+CONN_OF = {}
+CONN_COUNT = [0]
 
 
 def dumps(obj):
@@ -463,7 +473,20 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         with ACCEPTED_LOCK:
             self.t_accept = ACCEPTED.pop(id(self.request), None)
+        self.served = False
+        with ACCEPTED_LOCK:
+            CONN_COUNT[0] += 1
+            self.conn_no = CONN_COUNT[0]
+            CONN_OF[id(self.request)] = self.conn_no
         super().setup()
+
+    def parse_request(self):
+        # A later request on a kept-alive connection: its "t_accept" is when its request line
+        # arrived (there was no accept for it).
+        if self.served or self.t_accept is None:
+            self.t_accept = time.monotonic()
+        self.served = True
+        return super().parse_request()
 
     protocol_version = "HTTP/1.1"
     server_version = "fake-gateway/1"
@@ -576,7 +599,7 @@ class Handler(BaseHTTPRequestHandler):
         record = {"method": self.command, "path": path, "wire": wire, "headers": headers,
                   "body": body, "raw_body": raw, "turn": None, "status": None,
                   "outcome": None, "client_closed": False, "t_accept": self.t_accept,
-                  "t_done": None}
+                  "t_done": None, "conn": self.conn_no, "conn_closed": False}
         with STATE.lock:
             record["index"] = len(STATE.requests)
             STATE.requests.append(record)
@@ -619,6 +642,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if turn.get("delay"):
             time.sleep(turn["delay"])
+        if turn.get("close_after"):
+            # Answer, then close the connection unannounced (no "connection: close"), as a
+            # server does with a kept-alive connection when its idle time runs out.
+            self.close_connection = True
         status = turn.get("status", 200)
         model = turn.get("model") or body.get("model")
         record["status"] = status
@@ -704,6 +731,17 @@ class Server(ThreadingHTTPServer):
         conn, addr = super().get_request()
         note_accepted(conn)
         return conn, addr
+
+    def shutdown_request(self, request):
+        n = None
+        with ACCEPTED_LOCK:
+            n = CONN_OF.pop(id(request), None)
+        super().shutdown_request(request)
+        if n is not None:
+            with STATE.lock:
+                for r in STATE.requests:
+                    if r.get("conn") == n:
+                        r["conn_closed"] = True
 
     def handle_error(self, request, client_address):
         # A client that leaves mid-exchange (a cancelled call, a client that closes right after

@@ -487,5 +487,59 @@ TEST_CASE("Client: reaches the gateway through a unix socket, as the box reaches
   CHECK_FALSE(reqs[0]["headers"].contains("x-api-key"));
 }
 
+TEST_CASE("Client: keeps the connection between calls, and dials again when the door closed it",
+          "[model][integration]") {
+  test::TempDir dir;
+  std::string path = dir.file("model.sock").string();
+  test::FakeGateway gw(path);
+  REQUIRE(gw.error().empty());
+  const Wire wire = GENERATE(Wire::kOpenAi, Wire::kAnthropic);
+  REQUIRE(gw.set_script(json::array({turn(wire, {{"text", "one"}}),
+                                     turn(wire, {{"text", "two"}, {"close_after", true}}),
+                                     turn(wire, {{"text", "three"}}),
+                                     turn(wire, {{"text", "four"}, {"stream", false}}),
+                                     turn(wire, {{"text", "five"}})}))
+              .ok());
+  const Endpoint ep = endpoint_of(gw);
+  const ModelInfo model = model_for(wire);
+  const Request request = hello();
+  std::vector<Result<Response>> results;
+  bool closed_seen = false;
+  asio::io_context io;
+  auto task = [&]() -> asio::awaitable<void> {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    Client client(io.get_executor(), ep);
+    for (int i = 0; i < 5; ++i) {
+      if (i == 2) {
+        // The fake closed the second call's connection after answering it; the client still
+        // holds it as idle. Wait until the close happened, so the next send meets it.
+        closed_seen = gw.wait_for(
+            [](const json& r) { return r.size() >= 2 && r[1].value("conn_closed", false); });
+      }
+      CallOptions o;
+      o.retry.max_attempts = 1;  // the redial is not a retry
+      Result<Response> r = co_await client.call(model, request, o);
+      results.push_back(std::move(r));
+    }
+  };
+  test::run_sync(io, task());
+  REQUIRE(results.size() == 5);
+  const char* want[] = {"one", "two", "three", "four", "five"};
+  for (size_t i = 0; i < results.size(); ++i) {
+    INFO(i << ": " << results[i].status().to_string());
+    REQUIRE(results[i].ok());
+    CHECK(results[i]->message.text() == want[i]);
+    CHECK(results[i]->attempts == 1);
+  }
+  CHECK(closed_seen);
+  json reqs = requests_of(gw);
+  REQUIRE(reqs.size() == 5);
+  for (const json& r : reqs) CHECK(r["outcome"] == "answered");
+  CHECK(reqs[0]["conn"] == reqs[1]["conn"]);  // kept alive
+  CHECK(reqs[2]["conn"] != reqs[1]["conn"]);  // the closed one was dialled again
+  CHECK(reqs[3]["conn"] == reqs[2]["conn"]);  // a JSON answer keeps it too
+  CHECK(reqs[4]["conn"] == reqs[2]["conn"]);
+}
+
 }  // namespace
 }  // namespace cb::model
