@@ -162,12 +162,17 @@ Result<std::unique_ptr<FsStore>> FsStore::open(const std::filesystem::path& root
   return std::unique_ptr<FsStore>(new FsStore(root, options));
 }
 
-Status FsStore::put(std::string_view key, std::string_view data) {
+FsStore::~FsStore() {
+  for (const Deferred& d : deferred_) ::unlink(d.temp.c_str());
+}
+
+Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsync_file,
+                           std::vector<std::string>& created, std::string& temp,
+                           std::string& path) {
   RETURN_IF_ERROR(validate_key(key));
-  const std::string path = (root_ / key).string();
+  path = (root_ / key).string();
   const std::string dir = parent_of(path);
   // Create missing parents one level at a time, remembering them to fsync their parents.
-  std::vector<std::string> created;
   {
     std::string at = root_.string();
     std::string_view rest = key;
@@ -184,7 +189,6 @@ Status FsStore::put(std::string_view key, std::string_view data) {
       }
     }
   }
-  std::string temp;
   int raw = -1;
   for (int attempt = 0;; ++attempt) {
     temp = dir + "/.tmp-" + std::to_string(::getpid()) + "-" +
@@ -195,18 +199,68 @@ Status FsStore::put(std::string_view key, std::string_view data) {
   }
   Fd fd(raw);
   Status s = write_all(fd.get(), data, temp);
-  if (s.ok() && options_.sync && ::fsync(fd.get()) != 0) s = errno_status("fsync " + temp, errno);
+  if (s.ok() && fsync_file && ::fsync(fd.get()) != 0) s = errno_status("fsync " + temp, errno);
   if (s.ok() && ::close(fd.release()) != 0) s = errno_status("close " + temp, errno);
-  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0)
-    s = errno_status("rename " + path, errno);
-  if (!s.ok()) {
+  if (!s.ok()) ::unlink(temp.c_str());
+  return s;
+}
+
+Status FsStore::put(std::string_view key, std::string_view data) {
+  std::vector<std::string> created;
+  std::string temp, path;
+  RETURN_IF_ERROR(write_temp(key, data, options_.sync, created, temp, path));
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    Status s = errno_status("rename " + path, errno);
     ::unlink(temp.c_str());
     return s;
   }
   if (options_.sync) {
-    RETURN_IF_ERROR(fsync_path(dir));
+    RETURN_IF_ERROR(fsync_path(parent_of(path)));
     for (const std::string& d : created) RETURN_IF_ERROR(fsync_path(parent_of(d)));
   }
+  return ok_status();
+}
+
+Status FsStore::put_deferred(std::string_view key, std::string_view data) {
+  if (!options_.sync) return put(key, data);
+  // Directories created here become durable with the syncfs of sync(), before any rename
+  // into them.
+  std::vector<std::string> created;
+  std::string temp, path;
+  RETURN_IF_ERROR(write_temp(key, data, false, created, temp, path));
+  std::lock_guard lock(mu_);
+  deferred_.push_back(Deferred{std::move(temp), std::move(path)});
+  return ok_status();
+}
+
+Status FsStore::sync() {
+  // Only the puts deferred before this point: a concurrent save's later temporaries may not be
+  // written yet, and are left for its own sync().
+  std::vector<Deferred> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch.swap(deferred_);
+  }
+  if (batch.empty()) return ok_status();
+  size_t renamed = 0;
+  auto fail = [&](Status s) {
+    for (size_t i = renamed; i < batch.size(); ++i) ::unlink(batch[i].temp.c_str());
+    return s;
+  };
+  Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) return fail(errno_status("open " + root_.string(), errno));
+  // 1. Every temporary's bytes (and the directories holding them) on disk: one journal
+  //    commit instead of an fsync per object.
+  if (::syncfs(root.get()) != 0) return fail(errno_status("syncfs " + root_.string(), errno));
+  // 2. Only then the names: an object's name never points at bytes not on disk.
+  for (; renamed < batch.size(); ++renamed) {
+    const Deferred& d = batch[renamed];
+    if (::rename(d.temp.c_str(), d.path.c_str()) != 0) {
+      return fail(errno_status("rename " + d.path, errno));
+    }
+  }
+  // 3. The renames themselves.
+  if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
   return ok_status();
 }
 

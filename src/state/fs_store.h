@@ -6,6 +6,10 @@
 //   put     write <dir>/.tmp-<pid>-<n> (O_EXCL), fsync it, rename over <dir>/<name>, fsync
 //           <dir> (and every directory put created, with its parent), so an object is either
 //           absent, the old one or all of the new one, also after a power loss
+//   put_deferred  write the temporary without fsync and remember it; sync() then makes
+//           every one remembered before it durable with one syncfs(2), renames them into place
+//           and syncfs's again: a chunk's name never points at bytes that are not on disk,
+//           and a crash before sync() leaves only temporaries (remove_temporaries())
 //   get     read the file; stat: its size
 //   list    a sorted walk that skips subtrees before start_after and stops at the limit
 //   delete  unlink; missing files are fine; directories stay
@@ -21,6 +25,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
 
 namespace cb::state {
 
@@ -40,6 +47,8 @@ class FsStore final : public Store {
   }
 
   Status put(std::string_view key, std::string_view data) override;
+  Status put_deferred(std::string_view key, std::string_view data) override;
+  Status sync() override;
   Result<std::string> get(std::string_view key) override;
   Result<uint64_t> stat(std::string_view key) override;
   Result<ListPage> list(std::string_view prefix, std::string_view start_after,
@@ -55,9 +64,25 @@ class FsStore final : public Store {
   FsStore(std::filesystem::path root, Options options)
       : root_(std::move(root)), options_(options) {}
 
+ public:
+  ~FsStore() override;  // deletes the temporaries of deferred puts never synced
+
+ private:
+  // Creates the missing parents of |key| (recorded in |created|), writes |data| to a fresh
+  // temporary in its directory, closes it (fsync first if |fsync_file|); sets |temp|, |path|.
+  Status write_temp(std::string_view key, std::string_view data, bool fsync_file,
+                    std::vector<std::string>& created, std::string& temp, std::string& path);
+
+  struct Deferred {
+    std::string temp;
+    std::string path;
+  };
+
   std::filesystem::path root_;
   Options options_;
   std::atomic<uint64_t> temp_counter_{0};
+  std::mutex mu_;
+  std::vector<Deferred> deferred_;  // guarded by mu_
 };
 
 }  // namespace cb::state

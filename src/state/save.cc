@@ -41,7 +41,7 @@ StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string 
           const std::string sealed =
               seal_chunk(keys_, put.id, as_bytes(put.plaintext), locked_random_);
           sealed_size = sealed.size();
-          s = store_.put(put.key, sealed);
+          s = store_.put_deferred(put.key, sealed);
         }
         lock.lock();
         if (!s.ok() && first_error_.ok()) first_error_ = s;
@@ -53,7 +53,7 @@ StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string 
   }
 }
 
-StoreChunkSink::~StoreChunkSink() { (void)finish(); }
+StoreChunkSink::~StoreChunkSink() { (void)stop_threads(); }
 
 void StoreChunkSink::add_known(const Manifest& manifest) {
   for (const Entry& e : manifest.entries) {
@@ -72,7 +72,7 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   if (size.status().code() != Code::kNotFound) return size.status();
   if (threads_.empty()) {
     const std::string sealed = seal_chunk(keys_, id, plaintext, locked_random_);
-    RETURN_IF_ERROR(store_.put(key, sealed));
+    RETURN_IF_ERROR(store_.put_deferred(key, sealed));
     added_stored_bytes_ += sealed.size();
   } else {
     // The plaintext is the scanner's buffer, valid only during this call: the put thread
@@ -91,8 +91,8 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   return ok_status();
 }
 
-Status StoreChunkSink::finish() {
-  if (threads_.empty()) return ok_status();
+Status StoreChunkSink::stop_threads() {
+  if (threads_.empty()) return first_error_;
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return in_flight_ == 0; });
@@ -103,6 +103,13 @@ Status StoreChunkSink::finish() {
   threads_.clear();
   std::lock_guard lock(mu_);
   return first_error_;
+}
+
+Status StoreChunkSink::finish() {
+  RETURN_IF_ERROR(stop_threads());
+  // The chunks were put_deferred(): one sync makes them all durable (FsStore: one syncfs
+  // instead of two fsyncs per chunk) before the caller commits a manifest naming them.
+  return store_.sync();
 }
 
 Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,

@@ -74,7 +74,8 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // on the scanning thread. |random| is then called from those threads, one call at a time
 // (the sink serialises them), so it need not be thread-safe. finish() waits for every put:
 // every chunk added is stored only once it returned ok, so call it before committing.
-// added_stored_bytes() is complete only after finish().
+// added_stored_bytes() is complete only after finish(). Chunks go to Store::put_deferred():
+// none of them need be durable or visible before finish() called Store::sync().
 class StoreChunkSink final : public ChunkSink {
  public:
   // |store|, |keys| and |random| are not owned and must outlive the sink.
@@ -90,7 +91,8 @@ class StoreChunkSink final : public ChunkSink {
   // Errors: the stat's, or the first failed put's (then the sink stores nothing more).
   Status add(const ChunkId& id, std::span<const uint8_t> plaintext) override;
 
-  // Waits for the puts in flight and stops the threads. Errors: the first failed put's.
+  // Waits for the puts in flight, stops the threads and syncs the store (the chunks are put
+  // with Store::put_deferred()). Errors: the first failed put's, or the sync's.
   Status finish();
 
   uint64_t added_chunks() const { return added_chunks_; }
@@ -98,6 +100,7 @@ class StoreChunkSink final : public ChunkSink {
   uint64_t added_stored_bytes() const { return added_stored_bytes_; }  // after finish()
 
  private:
+  Status stop_threads();  // the first failed put's error
   Store& store_;
   const StateKeys& keys_;
   std::string user_;

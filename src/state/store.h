@@ -50,6 +50,19 @@ class Store {
   //   from the backend.
   virtual Status put(std::string_view key, std::string_view data) = 0;
 
+  // Like put(), for objects that need be durable only once a later sync() returned ok (a
+  // save's chunks, README.md §Saving): until then the object may be invisible to get, stat
+  // and list, and a crash may lose it, but never leaves a partial object under |key|. The
+  // default is put() (S3: every put is durable already).
+  // Errors: as put().
+  virtual Status put_deferred(std::string_view key, std::string_view data) {
+    return put(key, data);
+  }
+
+  // Makes every put_deferred() that returned ok before this call durable and visible.
+  // Errors: backend errors; then those objects may be missing (never partial).
+  virtual Status sync() { return ok_status(); }
+
   // The object under |key|.
   // Errors: kNotFound if there is none; kInvalidArgument for a bad key; backend errors.
   virtual Result<std::string> get(std::string_view key) = 0;

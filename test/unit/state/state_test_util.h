@@ -120,19 +120,20 @@ class FaultyStore final : public Store {
   const std::vector<std::string>& put_keys() const { return put_keys_; }
   int stats() const { return stats_; }
 
-  // Puts may come from several threads (StoreChunkSink's put threads).
+  // Puts may come from several threads (StoreChunkSink's put threads). Deferred puts count
+  // as puts and forward as deferred puts, so a save's chunks still go through the inner
+  // store's put_deferred() + sync().
   Status put(std::string_view key, std::string_view data) override {
-    int n = 0;
-    {
-      std::lock_guard lock(mu_);
-      n = ++puts_;
-      put_keys_.emplace_back(key);
-    }
-    if (n == fail_at_ && mode_ == Mode::kBefore) return unavailable("injected: put before");
-    Status s = inner_.put(key, data);
-    if (n == fail_at_ && mode_ == Mode::kAfter) return unavailable("injected: put after");
-    return s;
+    return counted_put(key, data, false);
   }
+  Status put_deferred(std::string_view key, std::string_view data) override {
+    return counted_put(key, data, true);
+  }
+  Status sync() override {
+    ++syncs_;
+    return inner_.sync();
+  }
+  int syncs() const { return syncs_; }
   Result<std::string> get(std::string_view key) override {
     if (!hidden_.empty() && key.find(hidden_) != std::string_view::npos) {
       return not_found("injected: hidden");
@@ -152,7 +153,21 @@ class FaultyStore final : public Store {
   }
 
  private:
+  Status counted_put(std::string_view key, std::string_view data, bool deferred) {
+    int n = 0;
+    {
+      std::lock_guard lock(mu_);
+      n = ++puts_;
+      put_keys_.emplace_back(key);
+    }
+    if (n == fail_at_ && mode_ == Mode::kBefore) return unavailable("injected: put before");
+    Status s = deferred ? inner_.put_deferred(key, data) : inner_.put(key, data);
+    if (n == fail_at_ && mode_ == Mode::kAfter) return unavailable("injected: put after");
+    return s;
+  }
+
   Store& inner_;
+  std::atomic<int> syncs_{0};
   std::mutex mu_;  // puts_ and put_keys_
   int fail_at_ = 0;
   Mode mode_ = Mode::kBefore;

@@ -140,5 +140,43 @@ TEST_CASE("FsStore: temporaries of interrupted puts are invisible and removable"
   CHECK(*store->get("u/chunks/ab/abc") == "data");
 }
 
+// A deferred put is a temporary until sync(): nothing names it (a crash leaves only a
+// temporary for remove_temporaries()), then sync() renames it into place; one never synced
+// is deleted with the store.
+TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state][unit]") {
+  test::TempDir dir;
+  std::size_t count_temporaries = 0;
+  auto temporaries = [&] {
+    count_temporaries = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) ++count_temporaries;
+    }
+    return count_temporaries;
+  };
+  {
+    auto store = open_store(dir);
+    REQUIRE(store->put("u/chunks/ab/old", "before").ok());
+    REQUIRE(store->put_deferred("u/chunks/ab/abc", "data").ok());
+    REQUIRE(store->put_deferred("u/chunks/cd/cde", "more data").ok());
+    CHECK(store->stat("u/chunks/ab/abc").status().code() == Code::kNotFound);
+    CHECK(store->get("u/chunks/cd/cde").status().code() == Code::kNotFound);
+    CHECK(keys_of(*list_all(*store, "")) == std::vector<std::string>{"u/chunks/ab/old"});
+    CHECK(temporaries() == 2);
+    REQUIRE(store->sync().ok());
+    CHECK(temporaries() == 0);
+    CHECK(*store->get("u/chunks/ab/abc") == "data");
+    CHECK(*store->get("u/chunks/cd/cde") == "more data");
+    CHECK(keys_of(*list_all(*store, "")) ==
+          std::vector<std::string>{"u/chunks/ab/abc", "u/chunks/ab/old", "u/chunks/cd/cde"});
+    REQUIRE(store->sync().ok());  // nothing pending: a no-op
+    REQUIRE(store->put_deferred("u/chunks/ef/never", "dropped").ok());
+    CHECK(temporaries() == 1);
+  }
+  CHECK(temporaries() == 0);
+  auto store = open_store(dir);
+  CHECK(store->stat("u/chunks/ef/never").status().code() == Code::kNotFound);
+  CHECK(store->put_deferred("../bad", "x").code() == Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cb::state
