@@ -384,6 +384,15 @@ class UrlStore final : public state::Store {
   std::mutex mu_;  // one request at a time on http_
 };
 
+// Options for a restore through a UrlStore. One fetch thread: the store is one connection
+// (JobHttp), so parallel fetches only queue on it, and fetching from several threads let a
+// request resume a freed Http1Client (agent_test crashed in about 4 runs of 10).
+state::RestoreOptions url_restore_options() {
+  state::RestoreOptions o;
+  o.fetch_threads = 1;
+  return o;
+}
+
 struct SaveJob {
   Progress progress;
   v1::SaveRequest req;
@@ -515,7 +524,7 @@ struct RestoreJob {
       }
     }
     if (target.empty()) return already_exists(fmt::format("target: {} is taken", req.target()));
-    state::RestoreOptions options;
+    state::RestoreOptions options = url_restore_options();
     options.paths = paths;
     options.target = target;
     options.restore_owners = false;  // the user's own files, in the user's home
@@ -553,7 +562,7 @@ Status restore_whole_root(JobHttp&, state::Store& store, const state::StateKeys&
   for (const auto* e : selected) any_below = any_below || e->path != name;
   if (!any_below) return ok_status();
   const std::string staging = dir + "/.cb-restore-whole";
-  state::RestoreOptions options;
+  state::RestoreOptions options = url_restore_options();
   options.paths = scope;
   options.strip = name;
   options.target = staging;
@@ -611,7 +620,7 @@ Status restore_agent_db(state::Store& store, const state::StateKeys& keys, const
   const std::string staging = config.agent_copy_dir + "/" + state::kRestoreTempPrefix + "agent";
   std::error_code ec;
   std::filesystem::remove_all(staging, ec);
-  state::RestoreOptions options;
+  state::RestoreOptions options = url_restore_options();
   options.paths = scope;
   options.strip = std::string(kAgentRoot);
   options.target = staging;
