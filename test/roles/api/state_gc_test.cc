@@ -15,6 +15,7 @@
 #include "state/save.h"
 #include "state/snapshot.h"
 #include "support/run_sync.h"
+#include "support/set_clock.h"
 #include "support/temp_dir.h"
 #include "unit/state/state_test_util.h"
 
@@ -35,6 +36,8 @@
 namespace cb::api {
 namespace {
 
+using cb::test::SetClock;
+
 using state::test_util::kOldMtimeNs;
 using state::test_util::read_file;
 using state::test_util::write_file;
@@ -44,20 +47,6 @@ constexpr state::ChunkerParams kSmallChunks{256, 1024, 4096};
 constexpr int64_t kHourMs = 3'600'000;
 constexpr int64_t kDayMs = 24 * kHourMs;
 constexpr int64_t kStartMs = 1'780'315'200'000;  // 2026-06-01T12:00:00Z, a Monday
-
-class SetClock final : public cb::Clock {
- public:
-  std::chrono::system_clock::time_point now() const override { return now_; }
-  std::chrono::steady_clock::time_point steady_now() const override {
-    return std::chrono::steady_clock::time_point();
-  }
-  void set_ms(int64_t ms) {
-    now_ = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-  }
-
- private:
-  std::chrono::system_clock::time_point now_;
-};
 
 asio::awaitable<void> store_into(asio::awaitable<Result<UserGcReport>> task,
                                  std::optional<Result<UserGcReport>>* out) {

@@ -9,6 +9,7 @@
 #include "state/save.h"
 #include "state/sweep.h"
 #include "state/user_lock.h"
+#include "support/set_clock.h"
 #include "support/temp_dir.h"
 #include "unit/state/state_test_util.h"
 
@@ -26,6 +27,8 @@
 namespace cb::state {
 namespace {
 
+using cb::test::SetClock;
+
 using test_util::kOldMtimeNs;
 using test_util::picture;
 using test_util::write_file;
@@ -36,20 +39,6 @@ constexpr int64_t kHourMs = 3'600'000;
 constexpr int64_t kDayMs = 24 * kHourMs;
 // 2026-06-01T12:00:00Z.
 constexpr int64_t kStartMs = 1'780'315'200'000;
-
-class SetClock final : public Clock {
- public:
-  std::chrono::system_clock::time_point now() const override { return now_; }
-  std::chrono::steady_clock::time_point steady_now() const override {
-    return std::chrono::steady_clock::time_point();
-  }
-  void set_ms(int64_t ms) {
-    now_ = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-  }
-
- private:
-  std::chrono::system_clock::time_point now_;
-};
 
 std::string noise(size_t n, uint64_t seed) {
   crypto::SeededRandom random(seed);
