@@ -252,6 +252,39 @@ cmp -s "$tmp/want.chunks" "$tmp/got.chunks" ||
   fail "the sweep after the crash left $(wc -l <"$tmp/got.chunks") chunks, want the $(wc -l <"$tmp/want.chunks") the head references"
 ok "the next sweep removed the killed save's $(json 'v["users"][0]["chunks"]["deleted"]' <"$tmp/p4.json") leftover chunks, and nothing else"
 
+# kill_in_deletes OUT CMD...: runs CMD with its stderr on a 4 KiB pipe that is read up to the
+# progress line announcing the 6th delete batch of user u1's sweep ("sweep u1: deleted 5 of",
+# plain or inside a JSON log line) and then not at all, kills it with SIGKILL and writes the
+# first such line to OUT. Batches 1-5 are done (each line is written before its batch), and
+# the process can write at most 4 KiB more (about 100 lines) before it blocks, so the kill
+# lands in the deletes with most of the garbage still there. No timing is involved.
+kill_in_deletes() {
+  local out=$1
+  shift
+  /usr/bin/python3 - "$@" >"$out" <<'PY'
+import fcntl, os, subprocess, sys
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=w)
+os.close(w)
+line, first = b"", b""
+while True:
+    c = os.read(r, 1)
+    if not c:
+        sys.exit("ended before its sweep deleted: " + line.decode())
+    line += c
+    if c == b"\n":
+        if b"sweep u1: deleted " in line:
+            first = first or line
+            if b"sweep u1: deleted 5 of " in line:
+                break
+        line = b""
+p.kill()
+p.wait()
+print(first.decode().strip())
+PY
+}
+
 # --- kill -9 of state prune in the middle of its deletes ---
 start_api --autosave 0 --state-gc-interval 0
 rsh main 'head -c 24M /dev/urandom >/workspace/gc/junk' || fail "write junk"
@@ -262,36 +295,9 @@ save_recorded "$tmp/base.chunks" "$tmp/new.$s5"
 last=$snap
 stop_api
 chunks >"$tmp/c.before"
-# The progress goes to a 4 KiB pipe that is read up to the line announcing the 6th delete
-# batch and then not at all: batches 1-5 are done (each line is written before its batch),
-# and the process can write at most 4 KiB more (about 100 lines) before it blocks, so a kill
-# at any time after that lands in the deletes, with most of the garbage still there. No
-# timing is involved.
-/usr/bin/python3 - "$bin" "$data" >"$tmp/killed.txt" <<'PY' || fail "kill in the sweep: $(cat "$tmp/killed.txt")"
-import fcntl, os, subprocess, sys
-binary, data = sys.argv[1], sys.argv[2]
-r, w = os.pipe()
-fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe
-p = subprocess.Popen([binary, "api", "--data-dir", data, "--state-keep", "all=1s",
-                      "--state-gc-batch", "1", "state", "prune", "--now", "+40d", "-v"],
-                     stdout=subprocess.DEVNULL, stderr=w)
-os.close(w)
-line, first = b"", b""
-while True:
-    c = os.read(r, 1)
-    if not c:
-        sys.exit("state prune ended before deleting: " + line.decode())
-    line += c
-    if c == b"\n":
-        if line.startswith(b"sweep u1: deleted "):
-            first = first or line
-            if line.startswith(b"sweep u1: deleted 5 of "):
-                break
-        line = b""
-p.kill()
-p.wait()
-print(first.decode().strip())
-PY
+# state prune -v writes a progress line before each delete batch: kill_in_deletes.
+kill_in_deletes "$tmp/killed.txt" "$bin" api --data-dir "$data" --state-keep all=1s \
+  --state-gc-batch 1 state prune --now +40d -v || fail "kill in the sweep: $(cat "$tmp/killed.txt")"
 sort "$tmp/base.chunks" "$tmp/new.$s5" | uniq >"$tmp/want.chunks"
 garbage=$(comm -13 "$tmp/want.chunks" "$tmp/c.before" | wc -l)
 (( garbage >= junk_chunks && garbage > 200 )) || fail "only $garbage garbage chunks"
@@ -311,8 +317,8 @@ ok "kill -9 of state prune in its deletes ($killed_n chunks left): the $n kept s
 after1=$tmp/new.$snap
 
 # --- kill -9 of the api in the middle of its own pass's deletes ---
-# The same pipe as above, on the api's stderr with its per-step debug lines (one per delete
-# batch, written before it): killed after the 6th batch's line, before it can get far.
+# kill_in_deletes again, on the api's stderr with its per-step debug lines (one per delete
+# batch, written before it).
 rsh main 'head -c 24M /dev/urandom >/workspace/gc/junk' || fail "write junk 2"
 save_recorded "$tmp/base.chunks" "$tmp/new.$s5" "$after1"
 junk_chunks=$(wc -l <"$tmp/new.$snap")
@@ -323,32 +329,9 @@ chunks >"$tmp/c.before"
 # The api's own pass runs at the real time with --state-keep all=1s: every snapshot but the
 # head must be over a second old by then, or it is kept (the junk save above was not).
 sleep 1.2
-COCOONBOX_LOG_LEVEL=debug /usr/bin/python3 - "$bin" "$data" "$port" >"$tmp/killed2.txt" <<'PY' || fail "kill in the api's sweep: $(cat "$tmp/killed2.txt")"
-import fcntl, os, subprocess, sys
-binary, data, port = sys.argv[1:4]
-r, w = os.pipe()
-fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe
-p = subprocess.Popen([binary, "api", "--data-dir", data, "--listen", "127.0.0.1:" + port,
-                      "--idle-hibernate", "0", "--autosave", "0", "--state-gc-interval", "24h",
-                      "--state-keep", "all=1s", "--state-gc-batch", "1"],
-                     stdout=subprocess.DEVNULL, stderr=w)
-os.close(w)
-line, first = b"", b""
-while True:
-    c = os.read(r, 1)
-    if not c:
-        sys.exit("the api ended before its sweep deleted: " + line.decode())
-    line += c
-    if c == b"\n":
-        if b'"state gc progress"' in line and b'"step":"sweep u1: deleted ' in line:
-            first = first or line
-            if b'"step":"sweep u1: deleted 5 of ' in line:
-                break
-        line = b""
-p.kill()
-p.wait()
-print(first.decode().strip())
-PY
+COCOONBOX_LOG_LEVEL=debug kill_in_deletes "$tmp/killed2.txt" "$bin" api --data-dir "$data" \
+  --listen "127.0.0.1:$port" --idle-hibernate 0 --autosave 0 --state-gc-interval 24h \
+  --state-keep all=1s --state-gc-batch 1 || fail "kill in the api's sweep: $(cat "$tmp/killed2.txt")"
 sort -u "$tmp/base.chunks" "$tmp/new.$s5" "$after1" >"$tmp/want.chunks"
 garbage=$(comm -13 "$tmp/want.chunks" "$tmp/c.before" | wc -l)
 (( garbage >= junk_chunks && garbage > 200 )) || fail "only $garbage garbage chunks"
