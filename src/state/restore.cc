@@ -5,12 +5,16 @@
 #include "state/scanner.h"
 #include "state/snapshot.h"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <errno.h>
 #include <fcntl.h>
 #include <filesystem>
 #include <grp.h>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <pwd.h>
@@ -89,97 +93,37 @@ std::string_view name_of(std::string_view rel) {
   return slash == std::string_view::npos ? rel : rel.substr(slash + 1);
 }
 
-// Fetches and opens the chunks of |jobs| on threads of its own, at most |window| chunks ahead
-// of next(), which returns them in job order. With threads <= 1, next() fetches itself.
-// Destroying it stops the threads after the fetches in progress.
-class ChunkFetcher {
- public:
-  struct Job {
-    const Entry* entry;
-    const ChunkRef* ref;
-  };
-
-  ChunkFetcher(Store& store, const StateKeys& keys, const std::string& user, std::vector<Job> jobs,
-               int threads)
-      : store_(store), keys_(keys), user_(user), jobs_(std::move(jobs)) {
-    if (threads <= 1 || jobs_.size() <= 1) return;
-    ring_.resize(size_t(threads) * 4);
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+// A position in manifest order: (selected entry, chunk). The error a restore reports is the
+// one at the least position, so it is the same whatever order the threads reached them in.
+struct Position {
+  size_t entry = 0;
+  size_t chunk = 0;
+  bool operator<(const Position& o) const {
+    return entry != o.entry ? entry < o.entry : chunk < o.chunk;
   }
-  ~ChunkFetcher() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-  ChunkFetcher(const ChunkFetcher&) = delete;
-  ChunkFetcher& operator=(const ChunkFetcher&) = delete;
-
-  // The plaintext of the next job's chunk. REQUIRES: fewer calls than jobs.
-  Result<std::string> next() {
-    const size_t i = consumed_;
-    if (threads_.empty()) {
-      ++consumed_;
-      return fetch(jobs_[i]);
-    }
-    std::unique_lock lock(mu_);
-    std::optional<Result<std::string>>& slot = ring_[i % ring_.size()];
-    cv_.wait(lock, [&] { return slot.has_value(); });
-    Result<std::string> out = std::move(*slot);
-    slot.reset();
-    ++consumed_;
-    lock.unlock();
-    cv_.notify_all();  // room in the window
-    return out;
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] {
-        return stopping_ || next_job_ >= jobs_.size() || next_job_ < consumed_ + ring_.size();
-      });
-      if (stopping_ || next_job_ >= jobs_.size()) return;
-      const size_t i = next_job_++;
-      lock.unlock();
-      Result<std::string> r = fetch(jobs_[i]);
-      lock.lock();
-      ring_[i % ring_.size()].emplace(std::move(r));
-      cv_.notify_all();
-    }
-  }
-
-  Result<std::string> fetch(const Job& job) {
-    const Entry& e = *job.entry;
-    const ChunkRef& ref = *job.ref;
-    const std::string what = "file " + e.path + ": chunk " + ref.id.hex();
-    auto sealed = store_.get(chunk_key(user_, ref.id));
-    if (!sealed.ok()) {
-      if (sealed.status().code() == Code::kNotFound) return data_loss(what + ": missing");
-      return sealed.status().with_prefix(what);
-    }
-    auto plain = open_chunk(keys_, ref.id, *sealed);
-    if (!plain.ok())
-      return data_loss("file " + e.path + ": " + std::string(plain.status().message()));
-    if (plain->size() != ref.size) return data_loss(what + ": size differs from the manifest");
-    return plain;
-  }
-
-  Store& store_;
-  const StateKeys& keys_;
-  const std::string& user_;
-  const std::vector<Job> jobs_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::optional<Result<std::string>>> ring_;  // slot i % size: job i; guarded by mu_
-  size_t next_job_ = 0;                                   // guarded by mu_
-  size_t consumed_ = 0;    // guarded by mu_ (read unlocked only without threads)
-  bool stopping_ = false;  // guarded by mu_
-  std::vector<std::thread> threads_;
 };
+
+// A created file whose chunks are being written; the task that writes its last range applies
+// its owner, mode and mtime and closes it.
+struct OpenFile {
+  Fd fd;
+  const Entry* entry = nullptr;
+  std::atomic<size_t> ranges_left{0};
+};
+
+// Chunks [first, end) of a file, written at |offset| with pwrite().
+struct WriteTask {
+  Position at;
+  // Shared by the tasks of one file (one per range); the last one to finish closes it.
+  std::shared_ptr<OpenFile> file;
+  size_t first = 0;
+  size_t end = 0;
+  uint64_t offset = 0;
+};
+
+// About 1 MiB of chunks at the default chunk size: a large file is written by several threads
+// at once, and a task is small enough that a store's latency overlaps across tasks.
+constexpr size_t kChunksPerTask = 16;
 
 class Restorer {
  public:
@@ -189,39 +133,44 @@ class Restorer {
     chown_ = (options.restore_owners || options.owner) && ::geteuid() == 0;
   }
 
+  ~Restorer() { stop_threads(); }
+  Restorer(const Restorer&) = delete;
+  Restorer& operator=(const Restorer&) = delete;
+
   // Writes |entries| (path order) under the directory |root|, whose path is |root_path|.
+  //
+  // This thread creates the directories and files in path order and queues each file's
+  // chunks, in ranges of kChunksPerTask, for options_.fetch_threads threads that fetch, open
+  // (decrypt, decompress, verify) and pwrite() them; the task that finishes a file's last
+  // range sets its owner, mode and mtime. So fetching, opening and writing run on every
+  // thread, while files are still created one at a time in path order. Errors are kept with
+  // their position in path order and the least one is returned: the first bad chunk in
+  // manifest order, whichever thread met it first. Once an error is known no more entries are
+  // created and tasks after it are skipped (every task before it still runs, as it might
+  // hold an earlier error).
   Status write_all(int root, const std::vector<std::pair<std::string, const Entry*>>& entries) {
     root_ = root;
-    std::vector<ChunkFetcher::Job> jobs;
-    for (const auto& [rel, e] : entries) {
-      if (rel.empty() || e->kind != EntryKind::kFile) continue;
-      for (const ChunkRef& ref : e->chunks) jobs.push_back(ChunkFetcher::Job{e, &ref});
+    if (options_.fetch_threads > 1) {
+      max_queued_ = size_t(options_.fetch_threads) * 4;
+      for (int i = 0; i < options_.fetch_threads; ++i) threads_.emplace_back([this] { work(); });
     }
-    ChunkFetcher fetcher(store_, keys_, user_, std::move(jobs), options_.fetch_threads);
-    fetcher_ = &fetcher;
     std::vector<std::pair<std::string, const Entry*>> dirs, links;
-    for (const auto& [rel, e] : entries) {
+    for (size_t i = 0; i < entries.size() && !error_known(); ++i) {
+      const auto& [rel, e] = entries[i];
       if (rel.empty()) {  // the target itself
         dirs.emplace_back(rel, e);
         continue;
       }
-      ASSIGN_OR_RETURN(int parent, open_parent(rel));
-      const std::string name(name_of(rel));
-      switch (e->kind) {
-        case EntryKind::kDir:
-          if (::mkdirat(parent, name.c_str(), 0700) != 0) {
-            return errno_status("mkdir " + e->path, errno);
-          }
-          dirs.emplace_back(rel, e);
-          ++result_.dirs;
-          break;
-        case EntryKind::kFile:
-          RETURN_IF_ERROR(write_file(parent, name, *e));
-          break;
-        case EntryKind::kSymlink:
-          links.emplace_back(rel, e);
-          break;
+      Status s = create_entry(i, rel, *e, dirs, links);
+      if (!s.ok()) {
+        std::lock_guard lock(mu_);
+        note_error(Position{i, 0}, std::move(s));
       }
+    }
+    stop_threads();  // every queued task has run (or was skipped after an error)
+    {
+      std::lock_guard lock(mu_);
+      if (error_.has_value()) return error_->second;
     }
     cached_dir_.reset();
     cached_rel_.clear();
@@ -241,7 +190,7 @@ class Restorer {
       if (::utimensat(parent, name.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
         return errno_status("utimes " + e->path, errno);
       }
-      ++result_.symlinks;
+      ++symlinks_;
     }
     // Directories last and deepest first: their mtimes change while children are created,
     // and a read-only mode must not stop the creation of their children.
@@ -263,11 +212,22 @@ class Restorer {
     return ok_status();
   }
 
-  RestoreResult result() const { return result_; }
+  // REQUIRES: write_all() returned (its threads are stopped).
+  RestoreResult result() const {
+    RestoreResult r;
+    r.files = files_;
+    r.dirs = dirs_;
+    r.symlinks = symlinks_;
+    r.bytes = bytes_;
+    r.chunks_fetched = chunks_fetched_.load();
+    return r;
+  }
 
  private:
+  // Called from the write threads too: the name caches are behind owners_mu_.
   std::pair<uid_t, gid_t> owner_of(const Entry& e) {
     if (options_.owner) return {options_.owner->first, options_.owner->second};
+    std::lock_guard lock(owners_mu_);
     uid_t uid = e.uid;
     gid_t gid = e.gid;
     if (!e.user.empty()) {
@@ -348,27 +308,157 @@ class Restorer {
     return cached_dir_.get();
   }
 
-  Status write_file(int parent, const std::string& name, const Entry& e) {
-    Fd fd(
+  Status create_entry(size_t index, const std::string& rel, const Entry& e,
+                      std::vector<std::pair<std::string, const Entry*>>& dirs,
+                      std::vector<std::pair<std::string, const Entry*>>& links) {
+    ASSIGN_OR_RETURN(int parent, open_parent(rel));
+    const std::string name(name_of(rel));
+    switch (e.kind) {
+      case EntryKind::kDir:
+        if (::mkdirat(parent, name.c_str(), 0700) != 0) {
+          return errno_status("mkdir " + e.path, errno);
+        }
+        dirs.emplace_back(rel, &e);
+        ++dirs_;
+        return ok_status();
+      case EntryKind::kFile:
+        return create_file(index, parent, name, e);
+      case EntryKind::kSymlink:
+        links.emplace_back(rel, &e);
+        return ok_status();
+    }
+    return ok_status();
+  }
+
+  // Creates the file and queues its chunk ranges (or writes them here, without threads).
+  Status create_file(size_t index, int parent, const std::string& name, const Entry& e) {
+    auto file = std::make_shared<OpenFile>();
+    file->fd = Fd(
         ::openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return errno_status("create " + e.path, errno);
-    for (size_t c = 0; c < e.chunks.size(); ++c) {
-      ASSIGN_OR_RETURN(std::string plain, fetcher_->next());  // e.chunks[c], opened and checked
-      ++result_.chunks_fetched;
+    if (file->fd.get() < 0) return errno_status("create " + e.path, errno);
+    file->entry = &e;
+    if (e.chunks.empty()) return finish_file(*file);
+    file->ranges_left = (e.chunks.size() + kChunksPerTask - 1) / kChunksPerTask;
+    uint64_t offset = 0;
+    for (size_t first = 0; first < e.chunks.size(); first += kChunksPerTask) {
+      WriteTask task;
+      task.at = Position{index, first};
+      task.file = file;
+      task.first = first;
+      task.end = std::min(first + kChunksPerTask, e.chunks.size());
+      task.offset = offset;
+      for (size_t c = task.first; c < task.end; ++c) offset += e.chunks[c].size;
+      if (!submit(std::move(task))) break;  // an error is known; write_all() stops
+    }
+    return ok_status();
+  }
+
+  bool error_known() {
+    std::lock_guard lock(mu_);
+    return error_.has_value();
+  }
+
+  // REQUIRES: mu_ held.
+  void note_error(Position at, Status s) {
+    if (!error_.has_value() || at < error_->first) error_.emplace(at, std::move(s));
+  }
+
+  // Queues |task| for the threads, waiting for room, or runs it here without threads.
+  // Returns false once an error is known.
+  bool submit(WriteTask&& task) {
+    if (threads_.empty()) {
+      Status s = run(task);
+      if (s.ok()) return true;
+      std::lock_guard lock(mu_);
+      note_error(task.at, std::move(s));
+      return false;
+    }
+    std::unique_lock lock(mu_);
+    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || error_.has_value(); });
+    if (error_.has_value()) return false;
+    queue_.push_back(std::move(task));
+    work_cv_.notify_one();
+    return true;
+  }
+
+  // A write thread: runs queued tasks until stop_threads() and an empty queue.
+  void work() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      WriteTask task = std::move(queue_.front());
+      queue_.pop_front();
+      room_cv_.notify_one();
+      // A task after a known error cannot change which error is reported.
+      if (error_.has_value() && error_->first < task.at) continue;
+      lock.unlock();
+      Status s = run(task);
+      task.file.reset();  // the last task of a file closes it, outside the lock
+      lock.lock();
+      if (!s.ok()) {
+        note_error(task.at, std::move(s));
+        room_cv_.notify_all();  // submit() stops waiting
+      }
+    }
+  }
+
+  void stop_threads() {
+    if (threads_.empty()) return;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  // Fetches, opens and writes the task's chunks; the file's last range finishes the file.
+  Status run(const WriteTask& task) {
+    const Entry& e = *task.file->entry;
+    uint64_t offset = task.offset;
+    for (size_t c = task.first; c < task.end; ++c) {
+      ASSIGN_OR_RETURN(std::string plain, fetch(e, e.chunks[c]));  // opened and checked
+      chunks_fetched_.fetch_add(1, std::memory_order_relaxed);
       std::string_view rest = plain;
       while (!rest.empty()) {
-        ssize_t n = ::write(fd.get(), rest.data(), rest.size());
+        ssize_t n = ::pwrite(task.file->fd.get(), rest.data(), rest.size(), off_t(offset));
         if (n < 0) {
           if (errno == EINTR) continue;
           return errno_status("write " + e.path, errno);
         }
         rest.remove_prefix(size_t(n));
+        offset += uint64_t(n);
       }
     }
-    RETURN_IF_ERROR(apply_metadata(fd.get(), e));
-    ++result_.files;
-    result_.bytes += e.size;
-    if (options_.progress) options_.progress(result_.files, result_.bytes);
+    // A failed range returned above, so a file whose ranges all ran is complete here.
+    if (task.file->ranges_left.fetch_sub(1) == 1) return finish_file(*task.file);
+    return ok_status();
+  }
+
+  Result<std::string> fetch(const Entry& e, const ChunkRef& ref) {
+    const std::string what = "file " + e.path + ": chunk " + ref.id.hex();
+    auto sealed = store_.get(chunk_key(user_, ref.id));
+    if (!sealed.ok()) {
+      if (sealed.status().code() == Code::kNotFound) return data_loss(what + ": missing");
+      return sealed.status().with_prefix(what);
+    }
+    auto plain = open_chunk(keys_, ref.id, *sealed);
+    if (!plain.ok())
+      return data_loss("file " + e.path + ": " + std::string(plain.status().message()));
+    if (plain->size() != ref.size) return data_loss(what + ": size differs from the manifest");
+    return plain;
+  }
+
+  // Owner, mode and mtime of a written file; counts it and reports progress.
+  Status finish_file(OpenFile& file) {
+    const Entry& e = *file.entry;
+    RETURN_IF_ERROR(apply_metadata(file.fd.get(), e));
+    std::lock_guard lock(progress_mu_);
+    ++files_;
+    bytes_ += e.size;
+    if (options_.progress) options_.progress(files_, bytes_);
     return ok_status();
   }
 
@@ -378,12 +468,27 @@ class Restorer {
   const RestoreOptions& options_;
   bool chown_ = false;
   int root_ = -1;
-  ChunkFetcher* fetcher_ = nullptr;  // write_all()'s
+  // The calling thread's (open_parent()).
   Fd cached_dir_;
   std::string cached_rel_;
-  RestoreResult result_;
-  std::unordered_map<std::string, uid_t> uids_;
-  std::unordered_map<std::string, gid_t> gids_;
+  uint64_t dirs_ = 0;      // the calling thread's
+  uint64_t symlinks_ = 0;  // the calling thread's
+  std::atomic<uint64_t> chunks_fetched_{0};
+  std::mutex progress_mu_;
+  uint64_t files_ = 0;  // guarded by progress_mu_
+  uint64_t bytes_ = 0;  // guarded by progress_mu_
+  std::mutex owners_mu_;
+  std::unordered_map<std::string, uid_t> uids_;  // guarded by owners_mu_
+  std::unordered_map<std::string, gid_t> gids_;  // guarded by owners_mu_
+  // The write threads (write_all()).
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // a task queued, or stopping
+  std::condition_variable room_cv_;  // room in the queue, or an error
+  std::deque<WriteTask> queue_;      // guarded by mu_
+  size_t max_queued_ = 0;
+  bool stopping_ = false;                             // guarded by mu_
+  std::optional<std::pair<Position, Status>> error_;  // the least so far; guarded by mu_
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace

@@ -13,9 +13,10 @@
 //     manifest itself restores (symlinks are created last, as data, never followed).
 //   - Each chunk is opened (chunk.h) before its bytes are written: a tampered chunk fails the
 //     restore with kDataLoss naming the file and chunk; a missing one the same way. No file
-//     is ever written with bytes its chunk ids do not name. Chunks are fetched and opened
-//     on RestoreOptions::fetch_threads threads ahead of the writer; the errors are the same
-//     ones, reported for the first chunk in manifest order that fails.
+//     is ever written with bytes its chunk ids do not name. Files are created in manifest
+//     order on the calling thread; their chunks are fetched, opened and written on
+//     RestoreOptions::fetch_threads threads; the errors are the same ones, reported for the
+//     first chunk in manifest order that fails.
 //
 // Thread-safety: reentrant; give concurrent restores distinct targets.
 
@@ -55,12 +56,13 @@ struct RestoreOptions {
   // own files brought back by an agent that is root and not the user (seed §3's privilege
   // split: the tools run as the desktop user, who must own them).
   std::optional<std::pair<uint32_t, uint32_t>> owner;
-  // Called after each file (the agent's TransferProgress). May be empty.
+  // Called after each file (the agent's TransferProgress), from the thread that finished it,
+  // one call at a time with growing counts. May be empty.
   std::function<void(uint64_t files_done, uint64_t bytes_done)> progress;
-  // Threads that fetch and open (decrypt, decompress, verify) chunks ahead of the writer, at
-  // most 4 * fetch_threads chunks ahead; the calling thread writes the files in manifest
-  // order. 1 fetches on the calling thread. docs/benchmarks.md "state: save and restore
-  // against restic".
+  // Threads that fetch, open (decrypt, decompress, verify) and write the files' chunks, in
+  // ranges of up to 16 chunks, at most 4 * fetch_threads ranges queued; the calling thread
+  // creates the files in manifest order. 1 does everything on the calling thread.
+  // docs/benchmarks.md "state: save and restore against restic".
   int fetch_threads = 4;
 };
 

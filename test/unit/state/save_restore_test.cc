@@ -310,6 +310,74 @@ TEST_CASE("restore: with fetch threads the first bad chunk in path order is the 
   }
 }
 
+// A file of many chunks is written in ranges by several threads at once; an error in an
+// early range is the one reported even when a later range (taken by another thread) fails
+// too, and nothing of a failed restore is left behind.
+TEST_CASE("restore: the first bad range of a large file is the error, whatever thread met it",
+          "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  const Entry* big = saved->manifest.find("home/user/work/big.bin");
+  REQUIRE(big != nullptr);
+  REQUIRE(big->chunks.size() > 40);  // three ranges of 16 and more
+  const ChunkId early = big->chunks[20].id;
+  std::vector<std::string> gone = {chunk_key("u1", big->chunks[40].id),
+                                   chunk_key("u1", big->chunks.back().id)};
+  REQUIRE(w.store->delete_batch(gone).ok());
+  const std::string early_key = chunk_key("u1", early);
+  std::string sealed = *w.store->get(early_key);
+  sealed[sealed.size() / 2] ^= 0x01;
+  REQUIRE(w.store->put(early_key, sealed).ok());
+
+  for (int threads : {1, 2, 8}) {
+    INFO("fetch threads " << threads);
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
+    o.fetch_threads = threads;
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(!done.ok());
+    CHECK(done.status().code() == Code::kDataLoss);
+    const std::string message(done.status().message());
+    CHECK(message.find("home/user/work/big.bin") != std::string::npos);
+    CHECK(message.find(early.hex()) != std::string::npos);
+    CHECK(message.find("does not authenticate") != std::string::npos);
+    CHECK(!std::filesystem::exists(o.target));
+  }
+  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
+    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+  }
+}
+
+// Progress comes from the write threads one call at a time; the counts only grow and end at
+// the totals.
+TEST_CASE("restore: progress counts grow to the totals with write threads", "[state][unit]") {
+  World w;
+  w.make_tree();
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  for (int threads : {1, 4}) {
+    INFO("fetch threads " << threads);
+    std::vector<std::pair<uint64_t, uint64_t>> calls;
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (w.dir.path() / ("p" + std::to_string(threads))).string();
+    o.fetch_threads = threads;
+    o.progress = [&](uint64_t files, uint64_t bytes) { calls.emplace_back(files, bytes); };
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(done.ok());
+    REQUIRE(calls.size() == done->files);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      CHECK(calls[i].first == i + 1);
+      if (i > 0) CHECK(calls[i].second >= calls[i - 1].second);
+    }
+    CHECK(calls.back().second == done->bytes);
+    CHECK(picture(o.target) == picture(w.home()));
+  }
+}
+
 TEST_CASE("restore: any number of fetch threads restores the same tree", "[state][unit]") {
   World w;
   w.make_tree();
