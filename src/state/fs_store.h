@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace cb::state {
@@ -62,7 +63,7 @@ class FsStore final : public Store {
 
  private:
   FsStore(std::filesystem::path root, Options options)
-      : root_(std::move(root)), options_(options) {}
+      : root_(std::move(root)), options_(options), pid_(std::to_string(::getpid())) {}
 
  public:
   ~FsStore() override;  // deletes the temporaries of deferred puts never synced
@@ -80,6 +81,7 @@ class FsStore final : public Store {
 
   std::filesystem::path root_;
   Options options_;
+  std::string pid_;  // of the process that opened the store: temporaries' names
   std::atomic<uint64_t> temp_counter_{0};
   std::mutex mu_;
   std::vector<Deferred> deferred_;  // guarded by mu_

@@ -122,11 +122,13 @@ class StoreChunkSink final : public ChunkSink {
     std::string plaintext;
   };
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Put> queue_;  // guarded by mu_
-  size_t in_flight_ = 0;   // queued or being put; guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  Status first_error_;     // guarded by mu_
+  std::condition_variable work_cv_;  // a put queued, or stopping
+  std::condition_variable room_cv_;  // room in the queue, or an error
+  std::condition_variable done_cv_;  // in_flight_ reached 0
+  std::deque<Put> queue_;            // guarded by mu_
+  size_t in_flight_ = 0;             // queued or being put; guarded by mu_
+  bool stopping_ = false;            // guarded by mu_
+  Status first_error_;               // guarded by mu_
   std::vector<std::thread> threads_;
   size_t max_queued_ = 0;
   uint64_t added_chunks_ = 0;
