@@ -202,8 +202,9 @@ asio::awaitable<Status> Client::ensure_tls() {
 
 asio::awaitable<Result<Response>> Client::call(const ModelInfo& model, const Request& request,
                                                CallOptions options) {
-  auto body = options.encoder != nullptr ? options.encoder->body(request, model, options.stream)
-                                         : request_body(request, model, options.stream);
+  auto body = options.encoder != nullptr
+                  ? options.encoder->body(request, model, options.stream, options.encoder_unchanged)
+                  : request_body(request, model, options.stream);
   if (!body.ok()) co_return body.status();
   Status tls = co_await ensure_tls();
   if (!tls.ok()) co_return tls;

@@ -110,6 +110,9 @@ struct CallOptions {
   // Builds the body incrementally across calls (wire.h); null: request_body() each call.
   // Not owned; must outlive the call.
   RequestEncoder* encoder = nullptr;
+  // With |encoder|: request.messages[0, n) are those of the encoder's previous call,
+  // unchanged (RequestEncoder::body()'s |unchanged|).
+  size_t encoder_unchanged = 0;
 };
 
 class Client {

@@ -72,10 +72,14 @@ int64_t estimate_tokens(const Request& request, const ModelInfo& model) {
   return estimate_tokens(request, model, estimate_tool_tokens(request.tools));
 }
 
+bool over_budget(int64_t estimated_tokens, const ModelInfo& model, double fraction) {
+  return static_cast<double>(estimated_tokens) >
+         fraction * static_cast<double>(model.context_tokens);
+}
+
 bool needs_compaction(const Request& request, const ModelInfo& model, int64_t tool_tokens,
                       double fraction) {
-  return static_cast<double>(estimate_tokens(request, model, tool_tokens)) >
-         fraction * static_cast<double>(model.context_tokens);
+  return over_budget(estimate_tokens(request, model, tool_tokens), model, fraction);
 }
 
 bool needs_compaction(const Request& request, const ModelInfo& model, double fraction) {

@@ -51,6 +51,10 @@ bool needs_compaction(const Request& request, const ModelInfo& model, double fra
 bool needs_compaction(const Request& request, const ModelInfo& model, int64_t tool_tokens,
                       double fraction);
 
+// The test of needs_compaction() on an estimate already made (a caller that keeps the
+// estimate of a growing conversation instead of counting it all again every step).
+bool over_budget(int64_t estimated_tokens, const ModelInfo& model, double fraction);
+
 // Where to cut |history| so that messages [split, end) (those kept verbatim) are estimated at
 // no more than |keep_tokens|, and the kept part begins with a user message that holds no tool
 // results (so no result is separated from its call). Returns 0 when nothing can be cut, and

@@ -735,7 +735,7 @@ bool RequestEncoder::head_matches(const Request& request, const ModelInfo& model
 }
 
 Result<std::string> RequestEncoder::body(const Request& request, const ModelInfo& model,
-                                         bool stream) {
+                                         bool stream, size_t unchanged) {
   if (model.wire != wire_ || model.vision != vision_) {
     // Both change how messages are written: nothing cached still holds.
     entries_.clear();
@@ -773,7 +773,7 @@ Result<std::string> RequestEncoder::body(const Request& request, const ModelInfo
   size_t bytes = head_prefix_.size() + head_suffix_.size() + system_fragment_.size() + 1;
   for (size_t i = 0; i < request.messages.size(); ++i) {
     const Message& m = request.messages[i];
-    if (i < entries_.size() && entries_[i].message == m) {
+    if (i < entries_.size() && (i < unchanged || entries_[i].message == m)) {
       bytes += entries_[i].json.size() + 1;
       continue;
     }

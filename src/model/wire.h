@@ -51,7 +51,11 @@ class RequestEncoder {
  public:
   // As request_body(). Errors: as request_body() (the cache then keeps only the messages
   // before the one that failed).
-  Result<std::string> body(const Request& request, const ModelInfo& model, bool stream);
+  // |unchanged|: the caller's promise that request.messages[0, unchanged) are the messages
+  // of the previous body() call, unchanged (a loop that only appended since): those are not
+  // compared again, which otherwise costs a pass over the whole conversation. 0: compare all.
+  Result<std::string> body(const Request& request, const ModelInfo& model, bool stream,
+                           size_t unchanged = 0);
 
  private:
   struct Entry {

@@ -495,5 +495,40 @@ TEST_CASE(
   CHECK(*got == *request_body(r, m, true));
 }
 
+TEST_CASE(
+    "RequestEncoder: messages the caller says are unchanged are reused without a compare, and "
+    "the rest is compared as before",
+    "[model][unit]") {
+  for (const ModelInfo& m : {ModelInfo{"gpt-4o", Wire::kOpenAi, true, 128000},
+                             ModelInfo{"claude-sonnet-4-5", Wire::kAnthropic, true, 200000}}) {
+    INFO(m.name);
+    RequestEncoder enc;
+    Request r = tool_round_trip();
+    REQUIRE(enc.body(r, m, true).ok());
+    // The loop's step: it appended messages; everything before went out unchanged.
+    size_t unchanged = r.messages.size();
+    r.messages.push_back(Message::assistant({Part::tool_call_part("call_2", "ls", "{}")}));
+    r.messages.push_back(Message::user({Part::tool_result_part("call_2", {Part::text_part("a")})}));
+    auto got = enc.body(r, m, true, unchanged);
+    REQUIRE(got.ok());
+    CHECK(*got == *request_body(r, m, true));
+    // The promise is taken as given: a message changed under it is not looked at...
+    const Request before = r;
+    r.messages[0].parts[0].text = "CHANGED";
+    auto trusted = enc.body(r, m, true, r.messages.size());
+    REQUIRE(trusted.ok());
+    CHECK(*trusted == *request_body(before, m, true));
+    // ...while without it the change is seen.
+    auto compared = enc.body(r, m, true);
+    REQUIRE(compared.ok());
+    CHECK(*compared == *request_body(r, m, true));
+    // More unchanged messages than the encoder holds (a fresh one): all are written.
+    RequestEncoder fresh;
+    auto whole = fresh.body(r, m, true, r.messages.size());
+    REQUIRE(whole.ok());
+    CHECK(*whole == *request_body(r, m, true));
+  }
+}
+
 }  // namespace
 }  // namespace cb::model
