@@ -126,6 +126,39 @@ constexpr db::Migration kMigrations[] = {
      "  created_ms INTEGER NOT NULL,\n"
      "  PRIMARY KEY (agent_id, tool)\n"
      ") STRICT, WITHOUT ROWID;\n"},
+    // Fewer b-tree pages per transcript item (issue 6, loop overhead): events loses
+    // AUTOINCREMENT (no sqlite_sequence row to update; rows are never deleted, so max(id) + 1
+    // stays strictly increasing and no offset is reused), items is keyed by its event_id (one
+    // b-tree instead of a rowid tree plus an index on event_id), and items_by_turn goes (its
+    // one query, Send's nonce dedupe, looks in the agent's items by the (agent_id, seq) key).
+    // Rebuilt as migration 3 did: items first, then events; ids and seqs are kept.
+    {4,
+     "CREATE TABLE events_v4 (\n"
+     "  id       INTEGER PRIMARY KEY,\n"
+     "  channel  TEXT NOT NULL CHECK (channel IN ('transcript','agents','approvals')),\n"
+     "  agent_id TEXT NOT NULL,\n"
+     "  payload  TEXT\n"
+     ") STRICT;\n"
+     "INSERT INTO events_v4(id, channel, agent_id, payload) SELECT id, channel, agent_id, payload "
+     "FROM events;\n"
+     "CREATE TABLE items_v4 (\n"
+     "  agent_id TEXT NOT NULL REFERENCES agents(id),\n"
+     "  seq      INTEGER NOT NULL,\n"
+     "  turn_id  TEXT NOT NULL,\n"
+     "  role     TEXT NOT NULL,\n"
+     "  kind     TEXT NOT NULL CHECK (kind IN "
+     "('text','tool_call','tool_result','error','approval','summary')),\n"
+     "  payload  TEXT NOT NULL,\n"
+     "  at_ms    INTEGER NOT NULL,\n"
+     "  event_id INTEGER PRIMARY KEY REFERENCES events_v4(id),\n"
+     "  UNIQUE (agent_id, seq)\n"
+     ") STRICT;\n"
+     "INSERT INTO items_v4(agent_id, seq, turn_id, role, kind, payload, at_ms, event_id) "
+     "SELECT agent_id, seq, turn_id, role, kind, payload, at_ms, event_id FROM items;\n"
+     "DROP TABLE items;\n"
+     "DROP TABLE events;\n"
+     "ALTER TABLE events_v4 RENAME TO events;\n"
+     "ALTER TABLE items_v4 RENAME TO items;\n"},
 };
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include "model/compact.h"
 #include "tools/contract.h"
 
+#include <asio/bind_executor.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <chrono>
 #include <set>
 
 namespace cb::agent {
@@ -133,87 +135,143 @@ bool cancelled_now(asio::cancellation_state cs) {
 
 namespace {
 
+// Calls |add(role, part)| for each model part transcript item |item| stands for (none for
+// summaries, errors and approvals, or a payload that is not a JSON object).
+template <typename Add>
+void item_parts(const ItemRow& item, Add&& add) {
+  json p = json::parse(item.payload, nullptr, false);
+  if (!p.is_object()) return;
+  if (item.kind == "text" && item.role == "user") {
+    add(model::Role::kUser, model::Part::text_part(p.value("text", "")));
+    if (p.contains("attachments") && p["attachments"].is_array()) {
+      for (const json& a : p["attachments"]) {
+        const std::string type = a.value("media_type", "");
+        if (type.rfind("image/", 0) == 0) {
+          add(model::Role::kUser, model::Part::image_part(type, a.value("data", "")));
+        } else {
+          auto text = base64_decode(a.value("data", ""));
+          add(model::Role::kUser,
+              model::Part::text_part(fmt::format("Attachment {}:\n{}", a.value("name", ""),
+                                                 text.ok() ? *text : std::string())));
+        }
+      }
+    }
+  } else if (item.kind == "text" && item.role == "assistant") {
+    add(model::Role::kAssistant, model::Part::text_part(p.value("text", "")));
+  } else if (item.kind == "tool_call") {
+    add(model::Role::kAssistant, model::Part::tool_call_part(p.value("id", ""), p.value("name", ""),
+                                                             p.value("arguments", "{}")));
+  } else if (item.kind == "tool_result") {
+    add(model::Role::kUser,
+        model::Part::tool_result_part(p.value("id", ""),
+                                      parts_from_mcp(p.value("content", json::array())),
+                                      p.value("is_error", false)));
+  }
+}
+
 // The messages of |items| (summary items and errors left out), and for each message the seq
 // of its first item.
 std::vector<model::Message> build_messages(std::span<const ItemRow> items,
                                            std::vector<int64_t>* first_seqs) {
   std::vector<model::Message> msgs;
-  auto add = [&msgs, first_seqs](model::Role role, model::Part part, int64_t seq) {
-    if (msgs.empty() || msgs.back().role != role) {
-      model::Message m;
-      m.role = role;
-      msgs.push_back(std::move(m));
-      if (first_seqs != nullptr) first_seqs->push_back(seq);
-    }
-    msgs.back().parts.push_back(std::move(part));
-  };
   for (const ItemRow& item : items) {
-    json p = json::parse(item.payload, nullptr, false);
-    if (!p.is_object()) continue;
-    if (item.kind == "text" && item.role == "user") {
-      add(model::Role::kUser, model::Part::text_part(p.value("text", "")), item.seq);
-      if (p.contains("attachments") && p["attachments"].is_array()) {
-        for (const json& a : p["attachments"]) {
-          const std::string type = a.value("media_type", "");
-          if (type.rfind("image/", 0) == 0) {
-            add(model::Role::kUser, model::Part::image_part(type, a.value("data", "")), item.seq);
-          } else {
-            auto text = base64_decode(a.value("data", ""));
-            add(model::Role::kUser,
-                model::Part::text_part(fmt::format("Attachment {}:\n{}", a.value("name", ""),
-                                                   text.ok() ? *text : std::string())),
-                item.seq);
-          }
-        }
+    item_parts(item, [&msgs, first_seqs, &item](model::Role role, model::Part part) {
+      if (msgs.empty() || msgs.back().role != role) {
+        model::Message m;
+        m.role = role;
+        msgs.push_back(std::move(m));
+        if (first_seqs != nullptr) first_seqs->push_back(item.seq);
       }
-    } else if (item.kind == "text" && item.role == "assistant") {
-      add(model::Role::kAssistant, model::Part::text_part(p.value("text", "")), item.seq);
-    } else if (item.kind == "tool_call") {
-      add(model::Role::kAssistant,
-          model::Part::tool_call_part(p.value("id", ""), p.value("name", ""),
-                                      p.value("arguments", "{}")),
-          item.seq);
-    } else if (item.kind == "tool_result") {
-      add(model::Role::kUser,
-          model::Part::tool_result_part(p.value("id", ""),
-                                        parts_from_mcp(p.value("content", json::array())),
-                                        p.value("is_error", false)),
-          item.seq);
-    }
+      msgs.back().parts.push_back(std::move(part));
+    });
   }
   return msgs;
 }
 
+// The summary item's text and through_seq.
+std::pair<std::string, int64_t> summary_of(const ItemRow& item) {
+  json p = json::parse(item.payload, nullptr, false);
+  if (!p.is_object()) return {std::string(), 0};
+  return {p.value("text", ""), p.value("through_seq", int64_t{0})};
+}
+
 }  // namespace
 
-std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
+TranscriptConversation TranscriptConversation::from_items(std::span<const ItemRow> items) {
+  TranscriptConversation c;
   // The latest summary stands for every item up to its through_seq (compaction).
   const ItemRow* summary = nullptr;
   for (const ItemRow& item : items) {
     if (item.kind == "summary") summary = &item;
   }
-  std::vector<model::Message> msgs;
-  if (summary == nullptr) {
-    msgs = build_messages(items, nullptr);
-  } else {
-    json p = json::parse(summary->payload, nullptr, false);
-    const int64_t through = p.is_object() ? p.value("through_seq", int64_t{0}) : 0;
-    const std::string text = p.is_object() ? p.value("text", "") : std::string();
-    std::vector<ItemRow> kept;
-    for (const ItemRow& item : items) {
-      if (item.seq > through) kept.push_back(item);
+  if (summary != nullptr) {
+    c.has_summary_ = true;
+    std::tie(c.summary_text_, c.through_) = summary_of(*summary);
+  }
+  for (const ItemRow& item : items) {
+    c.last_seq_ = item.seq;
+    c.last_event_id_ = item.event_id;
+    c.last_turn_id_ = item.turn_id;
+    if (item.kind == "summary" || (c.has_summary_ && item.seq <= c.through_)) continue;
+    c.append_parts(item);
+  }
+  return c;
+}
+
+bool TranscriptConversation::add(const ItemRow& item) {
+  if (item.seq != last_seq_ + 1) return false;
+  if (item.kind == "summary") {
+    auto [text, through] = summary_of(item);
+    // Items up to an earlier summary's through_seq are gone; a later summary that keeps some
+    // of them cannot be applied on top.
+    if (has_summary_ && through < through_) return false;
+    has_summary_ = true;
+    through_ = through;
+    summary_text_ = std::move(text);
+    std::erase_if(entries_, [through](const Entry& e) { return e.seq <= through; });
+  } else if (!has_summary_ || item.seq > through_) {
+    append_parts(item);
+  }
+  last_seq_ = item.seq;
+  last_event_id_ = item.event_id;
+  last_turn_id_ = item.turn_id;
+  return true;
+}
+
+void TranscriptConversation::append_parts(const ItemRow& item) {
+  item_parts(item, [this, &item](model::Role role, model::Part part) {
+    Entry e;
+    e.role = role;
+    e.seq = item.seq;
+    e.part = std::move(part);
+    entries_.push_back(std::move(e));
+  });
+}
+
+std::vector<model::Message> TranscriptConversation::conversation() const {
+  std::vector<model::Message> rest;
+  for (const Entry& e : entries_) {
+    if (rest.empty() || rest.back().role != e.role) {
+      model::Message m;
+      m.role = e.role;
+      rest.push_back(std::move(m));
     }
+    rest.back().parts.push_back(e.part);
+  }
+  std::vector<model::Message> msgs;
+  if (!has_summary_) {
+    msgs = std::move(rest);
+  } else {
     // The messages the loop had right after it compacted: apply_compaction() on
     // [placeholder, kept...] with split 1. When everything was summarized, the summary is a
     // user message of its own, and what came later follows it.
-    std::vector<model::Message> rest = build_messages(kept, nullptr);
     std::vector<model::Message> hist(1);
     if (rest.empty() || rest.front().role != model::Role::kUser) {
-      msgs = model::apply_compaction(hist, 1, text);
+      msgs = model::apply_compaction(hist, 1, summary_text_);
       for (auto& m : rest) msgs.push_back(std::move(m));
     } else {
       for (auto& m : rest) hist.push_back(std::move(m));
-      msgs = model::apply_compaction(hist, 1, text);
+      msgs = model::apply_compaction(hist, 1, summary_text_);
     }
   }
   // Every tool call must be answered in the next message (both wires refuse otherwise); a
@@ -241,6 +299,10 @@ std::vector<model::Message> conversation_from_transcript(const std::vector<ItemR
     }
   }
   return msgs;
+}
+
+std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
+  return TranscriptConversation::from_items(items).conversation();
 }
 
 std::vector<model::Part> unanswered_calls(const std::vector<ItemRow>& items,
@@ -299,6 +361,14 @@ struct AgentsService::Subscriber {
   std::deque<pb::Event> deltas;
 };
 
+// The tool results a turn has handed to the db worker and not seen committed yet.
+struct AgentsService::PendingWrites {
+  explicit PendingWrites(net::Executor ex) : done(std::move(ex)) {}
+  net::Timer done;  // cancelled at each commit
+  int outstanding = 0;
+  Status first_error = ok_status();
+};
+
 AgentsService::AgentsService(net::Executor executor, db::Worker& db, BoxTools& tools,
                              AgentsConfig config, const Clock& clock, crypto::Random& random)
     : executor_(std::move(executor)),
@@ -355,6 +425,94 @@ model::RequestEncoder& AgentsService::encoder_for(const std::string& agent_id) {
   }
   auto [slot, inserted] = encoders_.emplace(agent_id, std::make_unique<model::RequestEncoder>());
   return *slot->second;
+}
+
+asio::awaitable<Result<std::vector<model::Message>>> AgentsService::conversation_for(
+    const std::string& agent_id, const std::string& turn_id, std::vector<ItemRow>* turn_items) {
+  auto kept = conversations_.find(agent_id);
+  // A turn that has items in the kept conversation (resumed by Respond) reads them all: its
+  // unanswered calls are looked for in its own items.
+  if (kept != conversations_.end() && kept->second.last_seq() > 0 &&
+      kept->second.last_turn_id() != turn_id) {
+    // From the last item kept, to check that agent.db still holds it (a whole restore may
+    // have put another database in place), then what was committed since.
+    const int64_t from = kept->second.last_seq() - 1;
+    auto rows = co_await db_.run([&agent_id, from](db::Database& d) {
+      return transcript_after(d, agent_id, from, INT32_MAX);
+    });
+    if (!rows.ok()) co_return rows.status();
+    kept = conversations_.find(agent_id);
+    bool same = kept != conversations_.end() && !rows->empty() &&
+                rows->front().seq == kept->second.last_seq() &&
+                rows->front().event_id == kept->second.last_event_id() &&
+                rows->front().turn_id == kept->second.last_turn_id();
+    for (size_t i = 1; same && i < rows->size(); ++i) {
+      same = kept->second.add((*rows)[i]);
+      if ((*rows)[i].turn_id == turn_id) turn_items->push_back((*rows)[i]);
+    }
+    if (same) co_return kept->second.conversation();
+    turn_items->clear();
+    if (kept != conversations_.end()) conversations_.erase(kept);
+  }
+  auto items = co_await db_.run(
+      [&agent_id](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
+  if (!items.ok()) co_return items.status();
+  for (const ItemRow& item : *items) {
+    if (item.turn_id == turn_id) turn_items->push_back(item);
+  }
+  // Each kept conversation holds a copy of its agent's messages: keep those of a few agents.
+  if (conversations_.size() >= kMaxEncoders && conversations_.count(agent_id) == 0) {
+    for (auto c = conversations_.begin(); c != conversations_.end(); ++c) {
+      if (running_.count(c->first) == 0) {
+        conversations_.erase(c);
+        break;
+      }
+    }
+  }
+  TranscriptConversation& conv = conversations_[agent_id];
+  conv = TranscriptConversation::from_items(*items);
+  co_return conv.conversation();
+}
+
+void AgentsService::remember(const std::string& agent_id, std::span<const ItemRow> rows) {
+  auto kept = conversations_.find(agent_id);
+  if (kept == conversations_.end()) return;
+  for (const ItemRow& row : rows) {
+    if (!kept->second.add(row)) {
+      conversations_.erase(kept);
+      return;
+    }
+  }
+}
+
+void AgentsService::append_later(PendingWrites& pending, const std::string& agent_id,
+                                 const std::string& turn_id, std::string payload) {
+  ++pending.outstanding;
+  const int64_t now = now_ms();
+  // The worker runs functions in submission order, so this commits before anything the loop
+  // writes later; the handler runs on our executor (|pending| lives until drain() saw it).
+  db_.async_run<Result<ItemRow>>(
+      [agent_id, turn_id, payload = std::move(payload), now](db::Database& d) {
+        return append_item(d, agent_id, turn_id, "tool", "tool_result", payload, now);
+      },
+      asio::bind_executor(executor_, [this, &pending, agent_id](Result<ItemRow> row) {
+        --pending.outstanding;
+        if (row.ok()) {
+          remember(agent_id, std::span<const ItemRow>(&*row, 1));
+          notify();
+        } else if (pending.first_error.ok()) {
+          pending.first_error = row.status();
+        }
+        pending.done.cancel();
+      }));
+}
+
+asio::awaitable<Status> AgentsService::drain(PendingWrites& pending) {
+  while (pending.outstanding > 0) {
+    pending.done.expires_at(net::Deadline::max());
+    co_await pending.done.async_wait();
+  }
+  co_return pending.first_error;
 }
 
 void AgentsService::notify() {
@@ -638,7 +796,10 @@ asio::awaitable<Result<ItemRow>> AgentsService::append(const std::string& agent_
   const int64_t now = now_ms();
   auto item = co_await db_.run(
       [&](db::Database& d) { return append_item(d, agent_id, turn_id, role, kind, payload, now); });
-  if (item.ok()) notify();
+  if (item.ok()) {
+    remember(agent_id, std::span<const ItemRow>(&*item, 1));
+    notify();
+  }
   co_return item;
 }
 
@@ -647,14 +808,19 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
   co_await asio::this_coro::throw_if_cancelled(false);
   Status st = ok_status();
   std::string waiting;
+  PendingWrites writes(executor_);
+  int64_t tool_us = 0;
   try {
-    st = co_await loop(agent_id, turn_id, tc, &waiting);
+    st = co_await loop(agent_id, turn_id, tc, &waiting, writes, &tool_us);
   } catch (const std::exception& e) {
     st = internal_error(fmt::format("agent loop: {}", e.what()));
   }
   const bool was_cancelled =
       cancelled_now(co_await asio::this_coro::cancellation_state) || st.code() == Code::kCancelled;
   co_await asio::this_coro::reset_cancellation_state();
+  // Tool results the loop did not wait for are committed before the turn ends.
+  Status written = co_await drain(writes);
+  if (st.ok() && !written.ok()) st = written;
   std::string state = "done";
   std::string error;
   if (st.ok() && !waiting.empty()) {
@@ -676,7 +842,12 @@ asio::awaitable<void> AgentsService::run_turn(std::string agent_id, std::string 
   Status ended =
       co_await db_.run([&](db::Database& d) { return end_turn(d, turn_id, state, error, now); });
   if (!ended.ok()) log::warn("agent turn: end", {{"error", ended.to_string()}});
-  log::info("agent turn ended", {{"agent", agent_id}, {"turn", turn_id}, {"state", state}});
+  // Anything but done may leave the transcript in a shape the next turn had better read
+  // from agent.db (cancelled calls, a resumed turn's approvals): forget the kept one.
+  if (state != "done") conversations_.erase(agent_id);
+  // tool_us: the tool calls' own time in this turn (scripts/bench agent reads it).
+  log::info("agent turn ended",
+            {{"agent", agent_id}, {"turn", turn_id}, {"state", state}, {"tool_us", tool_us}});
   notify();
   auto it = running_.find(agent_id);
   if (it != running_.end() && it->second->turn_id == turn_id) {
@@ -813,16 +984,17 @@ asio::awaitable<Status> AgentsService::compact(const std::string& agent_id,
 }
 
 asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const std::string& turn_id,
-                                            const TurnConfig& tc, std::string* waiting) {
+                                            const TurnConfig& tc, std::string* waiting,
+                                            PendingWrites& writes, int64_t* tool_us) {
   if (client_ == nullptr) {
     auto endpoint = model::parse_endpoint(config_.model_endpoint);
     if (!endpoint.ok()) co_return endpoint.status().with_prefix(std::string("model endpoint"));
     client_ = std::make_unique<model::Client>(executor_, std::move(*endpoint));
   }
   model::Client& client = *client_;
-  auto items = co_await db_.run(
-      [&](db::Database& d) { return transcript_after(d, agent_id, 0, INT32_MAX); });
-  if (!items.ok()) co_return items.status();
+  std::vector<ItemRow> turn_items;
+  auto conversation = co_await conversation_for(agent_id, turn_id, &turn_items);
+  if (!conversation.ok()) co_return conversation.status();
   model::Request request;
   request.system = tc.system_prompt.empty() ? std::string(kDefaultSystemPrompt) : tc.system_prompt;
   // The tools of every set, each name routed to its set.
@@ -833,12 +1005,20 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
     for (model::ToolDef& d : tool_defs(defs)) request.tools.push_back(std::move(d));
   }
   request.max_tokens = config_.max_tokens;
-  request.messages = conversation_from_transcript(*items);
+  request.messages = std::move(*conversation);
   const int64_t tool_tokens = model::estimate_tool_tokens(request.tools);
+  model::Request head;
+  head.system = request.system;
+  const int64_t head_tokens = model::estimate_tokens(head, tc.main, tool_tokens);
+  // request.messages[0, unchanged) went out in this turn's last model call and have not
+  // changed since (the loop only appends): the encoder does not compare them again, and
+  // their token estimate is |unchanged_tokens|.
+  size_t unchanged = 0;
+  int64_t unchanged_tokens = 0;
 
   // A resumed turn may hold tool calls of its last model step that have no result yet (an
   // approval nobody answered, or the agent restarted while one waited): answer them first.
-  std::vector<model::Part> pending = unanswered_calls(*items, turn_id);
+  std::vector<model::Part> pending = unanswered_calls(turn_items, turn_id);
   if (!pending.empty() && !request.messages.empty() &&
       request.messages.back().role == model::Role::kUser) {
     // conversation_from_transcript() answered them as interrupted; they are not.
@@ -875,13 +1055,24 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       options.deadline = net::after(config_.model_call_timeout);
       options.retry = config_.retry;
       options.encoder = &encoder_for(agent_id);
+      int64_t message_tokens = unchanged_tokens;
+      for (size_t i = unchanged; i < request.messages.size(); ++i)
+        message_tokens += model::estimate_tokens(request.messages[i], tc.main);
       // Near the main model's context budget: the summarize model compacts older turns.
-      if (model::needs_compaction(request, tc.main, tool_tokens, 0.8)) {
+      // (The same test as model::needs_compaction(request, tc.main, tool_tokens, 0.8).)
+      if (model::over_budget(head_tokens + message_tokens, tc.main, 0.8)) {
         Status compacted = co_await compact(agent_id, turn_id, tc, client, request);
         if (!compacted.ok()) co_return compacted;
         if (cancelled_now(co_await asio::this_coro::cancellation_state))
           co_return cancelled("cancelled");
+        unchanged = 0;  // compact() replaced the messages
+        message_tokens = 0;
+        for (const model::Message& m : request.messages)
+          message_tokens += model::estimate_tokens(m, tc.main);
       }
+      options.encoder_unchanged = unchanged;
+      unchanged = request.messages.size();
+      unchanged_tokens = message_tokens;
       auto resp = co_await client.call(tc.main, request, std::move(options));
       if (!resp.ok()) co_return resp.status();
       if (cancelled_now(co_await asio::this_coro::cancellation_state))
@@ -905,11 +1096,16 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         }
         step_items.push_back(std::move(item));
       }
+      // The last step's tool results were written while the model answered; they are
+      // committed (and announced) before anything of this step.
+      Status written = co_await drain(writes);
+      if (!written.ok()) co_return written;
       if (!step_items.empty()) {
         const int64_t now = now_ms();
         auto rows = co_await db_.run(
             [&](db::Database& d) { return append_items(d, agent_id, turn_id, step_items, now); });
         if (!rows.ok()) co_return rows.status();
+        remember(agent_id, *rows);
         notify();
       }
       for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
@@ -943,8 +1139,12 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         }
         if (run) {
           Result<ToolResult> r = not_found(fmt::format("no tool named {:?}", call.name));
+          const auto tool_start = std::chrono::steady_clock::now();
           if (tool != tool_of.end())
             r = co_await tool->second.first->call_for(agent_id, call.name, args);
+          *tool_us += std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - tool_start)
+                          .count();
           if (cancelled_now(co_await asio::this_coro::cancellation_state)) {
             const std::string payload = json{
                 {"id", call.id},
@@ -958,14 +1158,15 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
           result = r.ok() ? std::move(*r) : text_result(std::string(r.status().message()), true);
         }
       }
-      const std::string payload = json{
+      std::string payload = json{
           {"id", call.id},
           {"name", call.name},
           {"content", result.content},
           {"is_error",
            result.is_error}}.dump();
-      auto item = co_await append(agent_id, turn_id, "tool", "tool_result", payload);
-      if (!item.ok()) co_return item.status();
+      // Not waited for: the next model call goes out while the worker commits it (a crash
+      // before the commit leaves the call unanswered, and the turn ends failed at restart).
+      append_later(writes, agent_id, turn_id, std::move(payload));
       results.push_back(
           model::Part::tool_result_part(call.id, parts_from_mcp(result.content), result.is_error));
     }
@@ -973,6 +1174,8 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       // Results of a resumed step join the results already given for that step.
       auto& parts = request.messages.back().parts;
       for (auto& p : results) parts.push_back(std::move(p));
+      unchanged = 0;  // the last message changed
+      unchanged_tokens = 0;
     } else {
       request.messages.push_back(model::Message::user(std::move(results)));
     }

@@ -33,6 +33,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,50 @@ extern const std::string_view kDefaultSystemPrompt;
 // The conversation a transcript stands for (errors left out; tool calls a cancelled or
 // crashed turn never answered get an error result, as both wires require an answer).
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items);
+
+// The conversation of one agent's transcript, kept between turns so that a turn parses only
+// the items it has not seen (README.md §Agents, "The conversation in memory"): add() the
+// items in seq order as they are committed, and conversation() is what
+// conversation_from_transcript() makes of all of them. Holds the messages after the latest
+// summary's through_seq, one entry per model part, with the seq of its item.
+//
+// Not thread-safe; the agents service keeps one per agent on its executor. Copyable.
+class TranscriptConversation {
+ public:
+  // Built from every item of an agent, oldest first (as transcript_after(…, 0, …) reads them).
+  static TranscriptConversation from_items(std::span<const ItemRow> items);
+
+  // Adds the agent's next item. False, with nothing changed, when it cannot be added on top
+  // (its seq is not last_seq() + 1, or a summary reaching back before an earlier summary's
+  // through_seq): then rebuild with from_items().
+  bool add(const ItemRow& item);
+
+  // The messages to send (conversation_from_transcript()'s rules: summary in front, errors
+  // left out, unanswered tool calls answered as interrupted unless in the last message).
+  std::vector<model::Message> conversation() const;
+
+  // The last item added (0 / empty before any): a turn checks that agent.db still holds it
+  // (a restore may have replaced the database) before reading only what follows.
+  int64_t last_seq() const { return last_seq_; }
+  int64_t last_event_id() const { return last_event_id_; }
+  const std::string& last_turn_id() const { return last_turn_id_; }
+
+ private:
+  struct Entry {
+    model::Role role = model::Role::kUser;
+    int64_t seq = 0;
+    model::Part part;
+  };
+  void append_parts(const ItemRow& item);
+
+  std::vector<Entry> entries_;  // parts of the items after through_ (summaries left out)
+  bool has_summary_ = false;
+  int64_t through_ = 0;  // the latest summary's through_seq: older items are gone from entries_
+  std::string summary_text_;
+  int64_t last_seq_ = 0;
+  int64_t last_event_id_ = 0;
+  std::string last_turn_id_;
+};
 
 // The tool calls of turn |turn_id| that have no tool_result item (a turn that waits for the
 // user stopped before answering them).
@@ -130,9 +175,13 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
 
   void start_running(const std::string& agent_id, const std::string& turn_id, TurnConfig tc);
   asio::awaitable<void> run_turn(std::string agent_id, std::string turn_id, TurnConfig tc);
-  // Ok with |*waiting| set: the turn ends as waiting_for_user for that reason.
+  struct PendingWrites;
+  // Ok with |*waiting| set: the turn ends as waiting_for_user for that reason. Tool results
+  // may still be in |writes| when it returns (the caller drains it); |*tool_us| adds up the
+  // time the tool calls took.
   asio::awaitable<Status> loop(const std::string& agent_id, const std::string& turn_id,
-                               const TurnConfig& tc, std::string* waiting);
+                               const TurnConfig& tc, std::string* waiting, PendingWrites& writes,
+                               int64_t* tool_us);
   // Replaces the older part of |request|'s conversation by a summary from the summarize
   // model, kept as a summary item (README.md §Compaction).
   asio::awaitable<Status> compact(const std::string& agent_id, const std::string& turn_id,
@@ -149,6 +198,22 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
                                        const std::string& offset_key);
   // The request encoder kept for |agent_id| (created on first use); valid while its turn runs.
   model::RequestEncoder& encoder_for(const std::string& agent_id);
+  // The conversation of |agent_id|'s transcript for a turn starting now: the kept one plus
+  // the items committed since (checked against agent.db first), else all items read again.
+  // |*turn_items| gets the items of |turn_id| read here (all of them when that turn already
+  // had items in the kept conversation, e.g. a resumed turn: then everything is re-read).
+  asio::awaitable<Result<std::vector<model::Message>>> conversation_for(
+      const std::string& agent_id, const std::string& turn_id, std::vector<ItemRow>* turn_items);
+  // Adds committed |rows| to |agent_id|'s kept conversation (dropping it when they do not
+  // follow on; the next turn then reads everything again).
+  void remember(const std::string& agent_id, std::span<const ItemRow> rows);
+  // Writes a tool result without waiting for the commit (README.md §Agents, "Writes"): the
+  // worker runs writes in order, subscribers are told once it is durable, and |pending|
+  // counts it until then.
+  void append_later(PendingWrites& pending, const std::string& agent_id, const std::string& turn_id,
+                    std::string payload);
+  // Waits until every write of |pending| is committed; the first failure, if any.
+  asio::awaitable<Status> drain(PendingWrites& pending);
   void notify();
   void publish_delta(const std::string& agent_id, const std::string& turn_id,
                      const std::string& text);
@@ -165,6 +230,7 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   std::map<std::string, std::shared_ptr<Running>> running_;  // by agent id
   std::list<Subscriber*> subscribers_;
   std::map<std::string, std::unique_ptr<model::RequestEncoder>> encoders_;  // by agent id
+  std::map<std::string, TranscriptConversation> conversations_;             // by agent id
   // Shared by every loop, so its kept-alive connections to the model door serve all steps.
   std::unique_ptr<model::Client> client_;
   bool stopping_ = false;

@@ -356,8 +356,9 @@ Result<StartedTurn> start_turn(db::Database& d, const std::string& agent_id,
   if (!agent) return not_found(fmt::format("agent {} not found", agent_id));
   if (!client_nonce.empty()) {
     ASSIGN_OR_RETURN(db::Statement seen,
-                     d.prepare("SELECT t.id, (SELECT MIN(i.seq) FROM items i WHERE i.turn_id = "
-                               "t.id) FROM turns t WHERE t.agent_id = ?1 AND t.client_nonce = ?2"));
+                     d.prepare("SELECT t.id, (SELECT MIN(i.seq) FROM items i WHERE i.agent_id = "
+                               "t.agent_id AND i.turn_id = t.id) FROM turns t WHERE t.agent_id = "
+                               "?1 AND t.client_nonce = ?2"));
     RETURN_IF_ERROR(seen.bind_text(1, agent_id));
     RETURN_IF_ERROR(seen.bind_text(2, client_nonce));
     ASSIGN_OR_RETURN(bool row, seen.step());

@@ -275,7 +275,7 @@ TEST_CASE("Agent: an agent.db left by a crash reopens, and every start is record
   REQUIRE(db.status() == ok_status());
   auto version = db::schema_version(*db);
   REQUIRE(version.ok());
-  CHECK(*version == 3);  // migration 3: approvals, waiting turns, summaries
+  CHECK(*version == 4);  // migration 4: events without AUTOINCREMENT, items keyed by event_id
   auto st = db->prepare("SELECT count(*), count(wake_id), min(wake_id) FROM agent_starts");
   REQUIRE(st.status() == ok_status());
   auto row = st->step();

@@ -1373,3 +1373,411 @@ TEST_CASE("Agents: a tool result's image goes to a vision model as an image, els
 }
 
 }  // namespace cb::agent
+
+namespace cb::agent {
+namespace {
+
+ItemRow item_row(int64_t seq, std::string turn, std::string role, std::string kind, json payload) {
+  ItemRow i;
+  i.agent_id = "ag_1";
+  i.seq = seq;
+  i.turn_id = std::move(turn);
+  i.role = std::move(role);
+  i.kind = std::move(kind);
+  i.payload = payload.dump();
+  i.at_ms = 1000 + seq;
+  i.event_id = 100 + seq;
+  return i;
+}
+
+json call_payload(const std::string& id) {
+  return {{"id", id}, {"name", "list_dir"}, {"arguments", "{}"}};
+}
+
+json result_payload(const std::string& id, const std::string& text) {
+  return {{"id", id},
+          {"name", "list_dir"},
+          {"content", json::array({{{"type", "text"}, {"text", text}}})},
+          {"is_error", false}};
+}
+
+// A transcript with what happens to one: turns of text, tool calls and results, an error, an
+// approval, a call a cancelled turn never answered, and two compactions.
+std::vector<ItemRow> eventful_transcript() {
+  std::vector<ItemRow> items;
+  auto add = [&items](std::string turn, std::string role, std::string kind, json payload) {
+    items.push_back(item_row(static_cast<int64_t>(items.size()) + 1, std::move(turn),
+                             std::move(role), std::move(kind), std::move(payload)));
+  };
+  add("tu_1", "user", "text", {{"text", "first"}});
+  add("tu_1", "assistant", "tool_call", call_payload("c1"));
+  add("tu_1", "tool", "tool_result", result_payload("c1", "a b c"));
+  add("tu_1", "assistant", "text", {{"text", "done one"}});
+  add("tu_2", "user", "text", {{"text", "second"}});
+  add("tu_2", "assistant", "text", {{"text", "thinking"}});
+  add("tu_2", "assistant", "tool_call", call_payload("c2"));
+  add("tu_2", "assistant", "tool_call", call_payload("c3"));
+  add("tu_2", "tool", "tool_result", result_payload("c2", "x"));
+  add("tu_2", "system", "error", {{"message", "cancelled by the user"}});
+  add("tu_3", "user", "text", {{"text", "third"}});
+  add("tu_3", "system", "summary", {{"text", "S1"}, {"through_seq", 4}, {"model", "m"}});
+  add("tu_3", "assistant", "tool_call", call_payload("c4"));
+  add("tu_3", "system", "approval", {{"approval_id", "ap_1"}, {"state", "pending"}});
+  add("tu_3", "tool", "tool_result", result_payload("c4", "y"));
+  add("tu_3", "assistant", "text", {{"text", "done three"}});
+  add("tu_4", "user", "text", {{"text", "fourth"}});
+  add("tu_4", "system", "summary", {{"text", "S2"}, {"through_seq", 16}, {"model", "m"}});
+  add("tu_4", "assistant", "tool_call", call_payload("c5"));
+  add("tu_4", "tool", "tool_result", result_payload("c5", "z"));
+  add("tu_4", "assistant", "text", {{"text", "done four"}});
+  add("tu_5", "user", "text", {{"text", "fifth"}});
+  return items;
+}
+
+}  // namespace
+
+TEST_CASE("TranscriptConversation: items added one by one give what a rebuild from all gives",
+          "[agent][agents][unit]") {
+  const std::vector<ItemRow> items = eventful_transcript();
+  TranscriptConversation kept;
+  for (size_t n = 1; n <= items.size(); ++n) {
+    INFO("after item " << n << " (" << items[n - 1].kind << ")");
+    REQUIRE(kept.add(items[n - 1]));
+    std::vector<ItemRow> prefix(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n));
+    const std::vector<model::Message> rebuilt = conversation_from_transcript(prefix);
+    CHECK(kept.conversation() == rebuilt);
+    CHECK(TranscriptConversation::from_items(prefix).conversation() == rebuilt);
+    CHECK(kept.last_seq() == items[n - 1].seq);
+    CHECK(kept.last_event_id() == items[n - 1].event_id);
+    CHECK(kept.last_turn_id() == items[n - 1].turn_id);
+  }
+  // The second summary applies on top: only what came after through_seq 16, under "S2".
+  const std::vector<model::Message> now = kept.conversation();
+  REQUIRE(!now.empty());
+  CHECK(now.front().text().find("S2") != std::string::npos);
+  CHECK(now.front().text().find("S1") == std::string::npos);
+  CHECK(now.back().text() == "fifth");
+}
+
+TEST_CASE("TranscriptConversation: an item that does not follow on is refused, nothing changed",
+          "[agent][agents][unit]") {
+  const std::vector<ItemRow> items = eventful_transcript();
+  TranscriptConversation kept =
+      TranscriptConversation::from_items(std::span<const ItemRow>(items.data(), 5));
+  const std::vector<model::Message> before = kept.conversation();
+  SECTION("a gap in seq") { CHECK_FALSE(kept.add(items[6])); }
+  SECTION("an item already added") { CHECK_FALSE(kept.add(items[4])); }
+  SECTION("a summary that reaches back before an earlier summary's through_seq") {
+    TranscriptConversation summarized = TranscriptConversation::from_items(
+        std::span<const ItemRow>(items.data(), 12));  // through_seq 4
+    const std::vector<model::Message> at12 = summarized.conversation();
+    CHECK_FALSE(summarized.add(
+        item_row(13, "tu_3", "system", "summary", {{"text", "S0"}, {"through_seq", 2}})));
+    CHECK(summarized.conversation() == at12);
+    CHECK(summarized.last_seq() == 12);
+  }
+  CHECK(kept.conversation() == before);
+  CHECK(kept.last_seq() == 5);
+}
+
+TEST_CASE(
+    "Agents: the conversation kept in memory: a turn after a compaction sees the compacted "
+    "history, two agents do not mix, and a restarted agent sends the same history",
+    "[agent][agents][compaction][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  model::Request base;
+  base.system = std::string(kDefaultSystemPrompt);
+  base.tools = box_tool_defs();
+  const int64_t base_tokens = model::estimate_tokens(base, model::ModelInfo{});
+  const int64_t context = (base_tokens + 4000) * 10 / 8;
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "head -c 40000 /dev/zero | tr '\\0' a"));  // A
+  script.push_back({{"wire", "anthropic"}, {"text", "SUMMARY-7Q: the user wanted a's"}});
+  script.push_back({{"wire", "openai"}, {"text", "here they are"}});  // A, turn 1 ends
+  script.push_back({{"wire", "openai"}, {"text", "B's answer"}});     // B
+  script.push_back({{"wire", "openai"}, {"text", "next answer"}});    // A, turn 2
+  script.push_back({{"wire", "openai"}, {"text", "third answer"}});   // A, after a restart
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  std::filesystem::create_directories(config.data_dir);
+  test::write_file(config.data_dir / "agent.json",
+                   json{{"models",
+                         {{"main", {{"context_tokens", context}}},
+                          {"summarize", {{"name", "small-model"}, {"wire", "anthropic"}}}}}}
+                       .dump());
+  std::string a_id;
+  std::string b_id;
+  std::vector<Result<v1::SendAccepted>> sent;
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    auto b = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok() || !b.ok()) co_return;
+    a_id = a->id();
+    b_id = b->id();
+    sent.push_back(co_await send_and_wait(channel, s.credential(), a_id, "print many a"));
+    sent.push_back(co_await send_and_wait(channel, s.credential(), b_id, "B-PROMPT"));
+    sent.push_back(co_await send_and_wait(channel, s.credential(), a_id, "and now?"));
+    channel->close();
+  });
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    sent.push_back(co_await send_and_wait(channel, s.credential(), a_id, "third?"));
+    channel->close();
+  });
+  REQUIRE(sent.size() == 4);
+  for (const auto& r : sent) REQUIRE(r.status() == ok_status());
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 6);
+  for (const json& r : *reqs) CHECK(r["outcome"] != "refused");
+  const std::string long_run(200, 'a');
+  auto messages_of = [&](size_t i) { return (*reqs)[i]["body"]["messages"]; };
+  // B sees only its own prompt.
+  const std::string b_messages = messages_of(3).dump();
+  CHECK(b_messages.find("B-PROMPT") != std::string::npos);
+  CHECK(b_messages.find("print many a") == std::string::npos);
+  CHECK(b_messages.find("SUMMARY-7Q") == std::string::npos);
+  // A's next turn in the same process: the compacted history, not the long result, not B's.
+  const std::string a2 = messages_of(4).dump();
+  CHECK(a2.find("SUMMARY-7Q") != std::string::npos);
+  CHECK(a2.find(long_run) == std::string::npos);
+  CHECK(a2.find("and now?") != std::string::npos);
+  CHECK(a2.find("B-PROMPT") == std::string::npos);
+  // A new process rebuilds A's conversation from agent.db: the history it sends begins with
+  // exactly what the kept conversation sent, then the answer and the new prompt.
+  const json kept_messages = messages_of(4);
+  const json rebuilt_messages = messages_of(5);
+  REQUIRE(rebuilt_messages.size() == kept_messages.size() + 2);
+  for (size_t i = 0; i < kept_messages.size(); ++i) {
+    INFO(i);
+    CHECK(rebuilt_messages[i] == kept_messages[i]);
+  }
+  CHECK(rebuilt_messages.dump().find("third?") != std::string::npos);
+}
+
+TEST_CASE("Agents: an agent.db put in place by a restore is read again by the next turn",
+          "[agent][agents][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  REQUIRE(gw.set_script(json::array({{{"wire", "openai"}, {"text", "alpha answer"}},
+                                     {{"wire", "openai"}, {"text", "gamma answer"}}}))
+              .ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  const std::filesystem::path saved_dir = s.dir / "saved";
+  std::filesystem::create_directories(saved_dir);
+  Result<v1::SendAccepted> first = internal_error("not run");
+  Result<v1::SendAccepted> second = internal_error("not run");
+  Status restored = internal_error("not run");
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok()) co_return;
+    const std::string id = a->id();
+    first = co_await send_and_wait(channel, s.credential(), id, "ALPHA-PROMPT");
+    {
+      // Another agent.db holding the same agent with another history (a save's copy).
+      auto saved = open_agent_db(saved_dir);
+      if (!saved.ok()) co_return;
+      restored = co_await (*saved)->run([&id](db::Database& d) -> Status {
+        auto made = create_agent(d, id, "main", "test-model", "", 1000, "auto");
+        if (!made.ok()) return made.status();
+        auto t = start_turn(d, id, "tu_saved", "", R"({"text":"BETA-PROMPT"})", 1000);
+        if (!t.ok()) return t.status();
+        auto answer =
+            append_item(d, id, "tu_saved", "assistant", "text", R"({"text":"beta answer"})", 1001);
+        if (!answer.ok()) return answer.status();
+        return end_turn(d, "tu_saved", "done", "", 1002);
+      });
+    }
+    if (!restored.ok()) co_return;
+    // What a whole restore does to the live database (state_service.cc, restore_agent_db()).
+    restored = db::backup_database(saved_dir / kAgentDbFile, config.data_dir / kAgentDbFile);
+    if (!restored.ok()) co_return;
+    second = co_await send_and_wait(channel, s.credential(), id, "GAMMA-PROMPT");
+    channel->close();
+  });
+  REQUIRE(first.status() == ok_status());
+  REQUIRE(restored == ok_status());
+  REQUIRE(second.status() == ok_status());
+  auto reqs = gw.requests();
+  REQUIRE(reqs.ok());
+  REQUIRE(reqs->size() == 2);
+  const std::string messages = (*reqs)[1]["body"]["messages"].dump();
+  CHECK(messages.find("BETA-PROMPT") != std::string::npos);
+  CHECK(messages.find("beta answer") != std::string::npos);
+  CHECK(messages.find("GAMMA-PROMPT") != std::string::npos);
+  CHECK(messages.find("ALPHA-PROMPT") == std::string::npos);
+  CHECK(messages.find("alpha answer") == std::string::npos);
+}
+
+namespace {
+
+// The detail column of EXPLAIN QUERY PLAN for |sql|, one line per step.
+std::string query_plan(db::Database& d, const std::string& sql) {
+  auto st = d.prepare("EXPLAIN QUERY PLAN " + sql);
+  if (!st.ok()) return "prepare failed: " + st.status().to_string();
+  std::string out;
+  while (true) {
+    auto row = st->step();
+    if (!row.ok() || !*row) break;
+    out += std::string(st->column_text(3)) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "agent.db: migration 4 keeps an old database's agents, items and event offsets, and new "
+    "events follow on",
+    "[agent][agents][unit]") {
+  test::TempDir dir;
+  const auto old_migrations = agent_migrations().first(3);
+  REQUIRE(old_migrations.back().version == 3);
+  std::vector<EventRow> before;
+  std::vector<ItemRow> items_before;
+  {
+    auto worker = db::Worker::start(dir.path() / kAgentDbFile, old_migrations);
+    REQUIRE(worker.status() == ok_status());
+    Status written = internal_error("not run");
+    cb::test::run_sync([&]() -> asio::awaitable<void> {
+      written = co_await (*worker)->run([&](db::Database& d) -> Status {
+        for (const char* id : {"ag_1", "ag_2"}) {
+          auto a = create_agent(d, id, "main", "m", "", 1000, "ask");
+          if (!a.ok()) return a.status();
+        }
+        auto t = start_turn(d, "ag_1", "tu_1", "n1", R"({"text":"hello"})", 1000);
+        if (!t.ok()) return t.status();
+        auto call = append_item(d, "ag_1", "tu_1", "assistant", "tool_call",
+                                call_payload("c1").dump(), 1001);
+        if (!call.ok()) return call.status();
+        ApprovalRow ap;
+        ap.id = "ap_1";
+        ap.agent_id = "ag_1";
+        ap.turn_id = "tu_1";
+        ap.call_id = "c1";
+        ap.tool = "list_dir";
+        ap.arguments = "{}";
+        ap.created_ms = 1002;
+        auto asked = create_approval(d, ap);
+        if (!asked.ok()) return asked.status();
+        auto t2 = start_turn(d, "ag_2", "tu_2", "", R"({"text":"other"})", 1003);
+        if (!t2.ok()) return t2.status();
+        RETURN_IF_ERROR(end_turn(d, "tu_1", "done", "", 1004));
+        auto ev = events_after(d, 0, 1000);
+        if (!ev.ok()) return ev.status();
+        before = std::move(*ev);
+        auto tr = transcript_after(d, "ag_1", 0, 1000);
+        if (!tr.ok()) return tr.status();
+        items_before = std::move(*tr);
+        return ok_status();
+      });
+    }());
+    REQUIRE(written == ok_status());
+  }
+  REQUIRE(before.size() > 6);
+  auto worker = open_agent_db(dir.path());
+  REQUIRE(worker.status() == ok_status());
+  std::vector<EventRow> after;
+  std::vector<ItemRow> items_after;
+  std::vector<EventRow> resumed;
+  int64_t new_event = 0;
+  Result<StartedTurn> deduped = internal_error("not run");
+  std::string schema;
+  std::map<std::string, std::string> plans;
+  int64_t version = 0;
+  Status read = internal_error("not run");
+  cb::test::run_sync([&]() -> asio::awaitable<void> {
+    read = co_await (*worker)->run([&](db::Database& d) -> Status {
+      auto ev = events_after(d, 0, 1000);
+      if (!ev.ok()) return ev.status();
+      after = std::move(*ev);
+      auto tr = transcript_after(d, "ag_1", 0, 1000);
+      if (!tr.ok()) return tr.status();
+      items_after = std::move(*tr);
+      // Send's nonce dedupe finds the turn and its first item without items_by_turn.
+      deduped = start_turn(d, "ag_1", "tu_new", "n1", R"({"text":"again"})", 2000);
+      auto item = append_item(d, "ag_2", "tu_2", "assistant", "text", R"({"text":"hi"})", 2001);
+      if (!item.ok()) return item.status();
+      new_event = item->event_id;
+      auto more = events_after(d, before.back().id, 1000);
+      if (!more.ok()) return more.status();
+      resumed = std::move(*more);
+      auto v = d.prepare("PRAGMA user_version");
+      if (!v.ok()) return v.status();
+      auto row = v->step();
+      if (!row.ok()) return row.status();
+      version = v->column_int64(0);
+      auto sql = d.prepare(
+          "SELECT group_concat(name || ': ' || COALESCE(sql, ''), '\n') FROM sqlite_master");
+      if (!sql.ok()) return sql.status();
+      auto srow = sql->step();
+      if (!srow.ok()) return srow.status();
+      schema = std::string(sql->column_text(0));
+      plans["transcript"] = query_plan(
+          d,
+          "SELECT agent_id, seq, turn_id, role, kind, payload, at_ms, event_id FROM items "
+          "WHERE agent_id = 'ag_1' AND seq > 0 ORDER BY seq LIMIT 10");
+      plans["events"] = query_plan(
+          d,
+          "SELECT e.id, i.seq FROM events e LEFT JOIN items i ON i.event_id = e.id WHERE "
+          "e.id > 0 ORDER BY e.id LIMIT 10");
+      plans["next_seq"] =
+          query_plan(d, "SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE agent_id = 'ag_1'");
+      return ok_status();
+    });
+  }());
+  REQUIRE(read == ok_status());
+  CHECK(version == 4);
+  // Everything as it was: the same offsets, channels and items.
+  REQUIRE(after.size() == before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    INFO(i);
+    CHECK(after[i].id == before[i].id);
+    CHECK(after[i].channel == before[i].channel);
+    CHECK(after[i].agent_id == before[i].agent_id);
+    CHECK(after[i].item.has_value() == before[i].item.has_value());
+    if (after[i].item && before[i].item) {
+      CHECK(after[i].item->seq == before[i].item->seq);
+      CHECK(after[i].item->payload == before[i].item->payload);
+      CHECK(after[i].item->event_id == before[i].item->event_id);
+    }
+    CHECK(after[i].agent.has_value() == before[i].agent.has_value());
+    CHECK(after[i].approval.has_value() == before[i].approval.has_value());
+  }
+  REQUIRE(items_after.size() == items_before.size());
+  for (size_t i = 0; i < items_before.size(); ++i) {
+    CHECK(items_after[i].seq == items_before[i].seq);
+    CHECK(items_after[i].event_id == items_before[i].event_id);
+    CHECK(items_after[i].kind == items_before[i].kind);
+    CHECK(items_after[i].payload == items_before[i].payload);
+  }
+  REQUIRE(deduped.status() == ok_status());
+  CHECK(deduped->existing);
+  CHECK(deduped->turn_id == "tu_1");
+  CHECK(deduped->seq == 1);
+  // A client resuming from the last old offset gets the new event, numbered after it.
+  CHECK(new_event == before.back().id + 1);
+  REQUIRE(resumed.size() == 1);
+  CHECK(resumed[0].id == new_event);
+  REQUIRE(resumed[0].item.has_value());
+  CHECK(resumed[0].item->payload == R"({"text":"hi"})");
+  // No AUTOINCREMENT (sqlite_sequence keeps no row for events), no items_by_turn.
+  INFO(schema);
+  CHECK(schema.find("AUTOINCREMENT") == std::string::npos);
+  CHECK(schema.find("items_by_turn") == std::string::npos);
+  CHECK(schema.find("events_v4") == std::string::npos);
+  // Every query of the loop finds its rows by a key, none scans a table.
+  for (const auto& [name, plan] : plans) {
+    INFO(name << ": " << plan);
+    CHECK(plan.find("SCAN") == std::string::npos);
+  }
+}
+
+}  // namespace cb::agent
