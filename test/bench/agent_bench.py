@@ -27,6 +27,11 @@ list_dir tool call, the last with text. It prints one JSON object:
                       the agent's connect() and the fake's accept(). first10/last10: the
                       median over the first and the last 10 turns (each step sends the whole
                       conversation so far, so the cost grows with the transcript).
+  tool_ms_per_step    median over turns of the tool calls' own time per step, as the agent
+                      measured it (its "agent turn ended" log line, tool_us: from handing the
+                      call to the tool set to its result; null for an agent that does not log it)
+  overhead_ex_tools_ms_per_step  the same as overhead_ms_per_step with that tool time also
+                      taken out: the loop "beyond model and tool time" (issue 6's goal)
 
 Both wires are measured (--wires openai,anthropic), N turns each, on one agent process.
 """
@@ -84,6 +89,22 @@ def cpu_ms(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def tool_us_by_turn(log_path):
+    """turn id -> tool_us from the agent's "agent turn ended" log lines (JSON, one a line)."""
+    out = {}
+    with open(log_path) as f:
+        for line in f:
+            if '"agent turn ended"' not in line:
+                continue
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if "tool_us" in j and "turn" in j:
+                out[j["turn"]] = int(j["tool_us"])
+    return out
 
 
 def percentile(values, p):
@@ -243,7 +264,7 @@ def run(args, tmp, procs):
             follower = threading.Thread(target=follow, daemon=True)
             follower.start()
         a = create(agents_pb.CreateAgentRequest(name="bench-" + wire), metadata=md, timeout=10)
-        walls = []
+        walls, turn_ids = [], []
         cpu0 = cpu_ms(agent.pid)
         for t in range(args.turns):
             t0 = time.monotonic()
@@ -256,18 +277,26 @@ def run(args, tmp, procs):
             if state != agents_pb.TURN_DONE:
                 raise RuntimeError(f"turn {t} ended {state}: {error}")
             walls.append((t1 - t0) * 1000)
+            turn_ids.append(acc.turn_id)
         cpu1 = cpu_ms(agent.pid)
         reqs = fake_call(door, "GET", "/_fake/requests")["requests"]
         model_reqs = [r for r in reqs if r.get("turn") is not None]
         if len(model_reqs) != args.turns * args.steps:
             raise RuntimeError(f"{len(model_reqs)} model requests, want "
                                f"{args.turns * args.steps}")
-        gw_ms, over_ms = [], []
+        gw_ms, over_ms, tool_ms, over_ex_ms = [], [], [], []
+        log.flush()
+        tools_us = tool_us_by_turn(log.name)
         for t in range(args.turns):
             rs = model_reqs[t * args.steps:(t + 1) * args.steps]
             g = sum((r["t_done"] - r["t_accept"]) * 1000 for r in rs)
             gw_ms.append(g / args.steps)
             over_ms.append((walls[t] - g) / args.steps)
+            if turn_ids[t] in tools_us:
+                tl = tools_us[turn_ids[t]] / 1000.0
+                tool_ms.append(tl / args.steps)
+                over_ex_ms.append((walls[t] - g - tl) / args.steps)
+        have_tools = len(tool_ms) == args.turns
         time.sleep(1)
         result["wires"][wire] = {
             "turn_ms": {"median": statistics.median(walls), "p90": percentile(walls, 90)},
@@ -276,6 +305,12 @@ def run(args, tmp, procs):
                                      "p90": percentile(over_ms, 90),
                                      "first10_median": statistics.median(over_ms[:10]),
                                      "last10_median": statistics.median(over_ms[-10:])},
+            "tool_ms_per_step": statistics.median(tool_ms) if have_tools else None,
+            "overhead_ex_tools_ms_per_step": {
+                "median": statistics.median(over_ex_ms),
+                "p90": percentile(over_ex_ms, 90),
+                "first10_median": statistics.median(over_ex_ms[:10]),
+                "last10_median": statistics.median(over_ex_ms[-10:])} if have_tools else None,
             "agent_cpu_ms_per_step": (cpu1 - cpu0) / (args.turns * args.steps),
             "rss_after_kib": rss_kib(agent.pid),
             "hwm_kib": rss_kib(agent.pid, "VmHWM"),
