@@ -1,12 +1,13 @@
 // Benchmark driver for `scripts/bench state` (issue 7): the state engine (src/state
-// save_snapshot / restore_snapshot on an FsStore, in this process, one thread) on a generated
+// save_snapshot / restore_snapshot on an FsStore, in this process, default threads) on a generated
 // tree, next to restic. It measures the engine, not the gRPC path of a box's save (agent,
 // api, presigned URLs). Test-only; never part of the product binary.
 //
 //   state_bench gen DIR [--scale N]        write the tree (about 340 MiB per scale unit)
 //   state_bench edit DIR [--scale N]       change about 1 % of it in place
 //   state_bench save STORE DIR [--put-threads N]   one save of DIR as box bench/box; JSON out
-//   state_bench restore STORE TARGET       restore the head of bench/box into TARGET (new)
+//   state_bench restore STORE TARGET [--fetch-threads N]   restore the head of bench/box
+//                                          into TARGET (new)
 //
 // The tree and its 1 % edit are bench_tree.h's (chunking_bench measures the same bytes),
 // written to disk. Every file gets a fixed mtime, so both tools see the same stat.
@@ -83,7 +84,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: state_bench gen|edit DIR [--scale N]\n"
                "       state_bench save STORE DIR [--put-threads N]\n"
-               "       state_bench restore STORE TARGET\n");
+               "       state_bench restore STORE TARGET [--fetch-threads N]\n");
   return 2;
 }
 
@@ -98,10 +99,14 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   int scale = 3;
   int put_threads = cb::state::SaveOptions().put_threads;
+  int fetch_threads = cb::state::RestoreOptions().fetch_threads;
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--put-threads") == 0 && i + 1 < argc) {
       put_threads = std::atoi(argv[++i]);
+    }
+    if (std::strcmp(argv[i], "--fetch-threads") == 0 && i + 1 < argc) {
+      fetch_threads = std::atoi(argv[++i]);
     }
   }
 
@@ -175,6 +180,7 @@ int main(int argc, char** argv) {
     cb::state::RestoreOptions options;
     options.strip = "home/user";
     options.target = std::filesystem::absolute(argv[3]).string();
+    options.fetch_threads = fetch_threads;
     auto done = cb::state::restore_snapshot(**store, keys, kBox.user, *manifest, options, random);
     if (!done.ok()) {
       std::fprintf(stderr, "restore: %s\n", std::string(done.status().message()).c_str());
