@@ -18,6 +18,7 @@
 #include "support/fake_gateway.h"
 #include "test_util.h"
 
+#include <asio/experimental/awaitable_operators.hpp>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include <cerrno>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1778,6 +1780,135 @@ TEST_CASE(
     INFO(name << ": " << plan);
     CHECK(plan.find("SCAN") == std::string::npos);
   }
+}
+
+}  // namespace cb::agent
+
+namespace cb::agent {
+namespace {
+
+// Reads Session.Events (|channels|, |agent_id|) from the start until |stop| says so.
+asio::awaitable<std::vector<v1::Event>> read_until(std::shared_ptr<grpc::Channel> channel,
+                                                   std::string credential,
+                                                   std::vector<std::string> channels,
+                                                   std::string agent_id,
+                                                   std::function<bool(const v1::Event&)> stop) {
+  v1::Session::Stub stub(std::move(channel));
+  v1::EventsRequest req;
+  for (const std::string& c : channels) req.add_channels(c);
+  req.set_agent_id(agent_id);
+  req.set_no_deltas(true);
+  std::vector<v1::Event> out;
+  auto call = co_await stub.Events(req, call_options_with(one(credential), 30s));
+  if (!call.ok()) co_return out;
+  while (auto ev = co_await call->read()) {
+    out.push_back(*ev);
+    if (stop(*ev)) break;
+  }
+  call->call().cancel();
+  co_return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "Session.Events: subscribers to the agents channel or to another agent, left asleep by "
+    "transcript commits, still get every event they want",
+    "[agent][agents][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "echo one"));
+  script.push_back(shell_call("openai", "c2", "echo two"));
+  script.push_back({{"wire", "openai"}, {"text", "A done"}});
+  script.push_back({{"wire", "openai"}, {"text", "B done"}});
+  REQUIRE(gw.set_script(script).ok());
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  std::string a_id;
+  std::string b_id;
+  std::string a_turn;
+  std::string b_turn;
+  std::vector<v1::Event> agents_only;
+  std::vector<v1::Event> only_b;
+  std::vector<v1::Event> a_transcript;
+  with_agent(config, [&](Agent& agent) -> asio::awaitable<void> {
+    using namespace asio::experimental::awaitable_operators;
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    auto b = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok() || !b.ok()) co_return;
+    a_id = a->id();
+    b_id = b->id();
+    // Each reader stops at the last event it should see: B's turn ending (agents), A's
+    // final text item (A's transcript).
+    auto b_ended = [&b_id](const v1::Event& ev) {
+      return ev.has_agent() && ev.agent().id() == b_id && ev.agent().has_last_turn() &&
+             ev.agent().last_turn().state() == v1::TURN_DONE;
+    };
+    auto a_final = [](const v1::Event& ev) {
+      return ev.has_item() && ev.item().payload_json().find("A done") != std::string::npos;
+    };
+    // (Asio 1.22's && cannot end in an awaitable<void>: it returns a value.)
+    auto drive = [&]() -> asio::awaitable<bool> {
+      auto sa = co_await send_and_wait(channel, s.credential(), a_id, "A please");
+      if (sa.ok()) a_turn = sa->turn_id();
+      auto sb = co_await send_and_wait(channel, s.credential(), b_id, "B please");
+      if (sb.ok()) b_turn = sb->turn_id();
+      co_return sa.ok() && sb.ok();
+    };
+    std::vector<std::string> agents_channel;
+    agents_channel.push_back(std::string("agents"));
+    std::vector<std::string> transcript_channel;
+    transcript_channel.push_back(std::string("transcript"));
+    std::vector<std::string> all;
+    auto [r1, r2, r3, driven] = co_await (
+        read_until(channel, s.credential(), agents_channel, std::string(), b_ended) &&
+        read_until(channel, s.credential(), all, b_id, b_ended) &&
+        read_until(channel, s.credential(), transcript_channel, a_id, a_final) && drive());
+    agents_only = std::move(r1);
+    only_b = std::move(r2);
+    a_transcript = std::move(r3);
+    (void)driven;
+    channel->close();
+  });
+  REQUIRE(!a_turn.empty());
+  REQUIRE(!b_turn.empty());
+  // The agents channel: both agents' creation, each turn running then done, nothing else.
+  std::vector<std::string> seen;
+  for (const auto& ev : agents_only) {
+    CHECK(ev.channel() == "agents");
+    if (ev.has_agent() && ev.agent().has_last_turn())
+      seen.push_back(ev.agent().last_turn().id() + ":" +
+                     v1::TurnState_Name(ev.agent().last_turn().state()));
+  }
+  CHECK(seen == std::vector<std::string>{a_turn + ":TURN_RUNNING", a_turn + ":TURN_DONE",
+                                         b_turn + ":TURN_RUNNING", b_turn + ":TURN_DONE"});
+  // Agent B's subscriber: B only, its prompt and answer among them.
+  std::vector<std::string> b_items;
+  for (const auto& ev : only_b) {
+    if (ev.has_agent()) CHECK(ev.agent().id() == b_id);
+    if (ev.has_item()) {
+      CHECK(ev.item().agent_id() == b_id);
+      b_items.push_back(v1::ItemKind_Name(ev.item().kind()));
+    }
+  }
+  CHECK(b_items == std::vector<std::string>{"ITEM_TEXT", "ITEM_TEXT"});
+  // Agent A's transcript: every item in order, offsets increasing.
+  std::vector<std::string> a_items;
+  int64_t last = 0;
+  for (const auto& ev : a_transcript) {
+    CHECK(ev.channel() == "transcript");
+    REQUIRE(ev.has_item());
+    CHECK(ev.item().agent_id() == a_id);
+    a_items.push_back(v1::ItemKind_Name(ev.item().kind()));
+    const int64_t offset = std::stoll(ev.offset_key());
+    CHECK(offset > last);
+    last = offset;
+  }
+  CHECK(a_items == std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT",
+                                            "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT", "ITEM_TEXT"});
 }
 
 }  // namespace cb::agent
