@@ -127,6 +127,15 @@ std::vector<model::Part> parts_from_mcp(const json& content) {
   return parts;
 }
 
+// Whether MCP tool object |tool| says it changes nothing (annotations.readOnlyHint).
+bool is_read_only(const json& tool) {
+  if (!tool.is_object()) return false;
+  auto a = tool.find("annotations");
+  if (a == tool.end() || !a->is_object()) return false;
+  auto r = a->find("readOnlyHint");
+  return r != a->end() && r->is_boolean() && r->get<bool>();
+}
+
 bool cancelled_now(asio::cancellation_state cs) {
   return cs.cancelled() != asio::cancellation_type::none;
 }
@@ -486,22 +495,22 @@ void AgentsService::remember(const std::string& agent_id, std::span<const ItemRo
 }
 
 void AgentsService::append_later(PendingWrites& pending, const std::string& agent_id,
-                                 const std::string& turn_id, std::string payload) {
+                                 const std::string& turn_id, std::vector<NewItem> items) {
   ++pending.outstanding;
   const int64_t now = now_ms();
   // The worker runs functions in submission order, so this commits before anything the loop
   // writes later; the handler runs on our executor (|pending| lives until drain() saw it).
-  db_.async_run<Result<ItemRow>>(
-      [agent_id, turn_id, payload = std::move(payload), now](db::Database& d) {
-        return append_item(d, agent_id, turn_id, "tool", "tool_result", payload, now);
+  db_.async_run<Result<std::vector<ItemRow>>>(
+      [agent_id, turn_id, items = std::move(items), now](db::Database& d) {
+        return append_items(d, agent_id, turn_id, items, now);
       },
-      asio::bind_executor(executor_, [this, &pending, agent_id](Result<ItemRow> row) {
+      asio::bind_executor(executor_, [this, &pending, agent_id](Result<std::vector<ItemRow>> rows) {
         --pending.outstanding;
-        if (row.ok()) {
-          remember(agent_id, std::span<const ItemRow>(&*row, 1));
+        if (rows.ok()) {
+          remember(agent_id, *rows);
           notify();
         } else if (pending.first_error.ok()) {
-          pending.first_error = row.status();
+          pending.first_error = rows.status();
         }
         pending.done.cancel();
       }));
@@ -1100,7 +1109,18 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       // committed (and announced) before anything of this step.
       Status written = co_await drain(writes);
       if (!written.ok()) co_return written;
-      if (!step_items.empty()) {
+      for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
+      // Calls of read-only tools only (readOnlyHint): they may run while the step's record
+      // commits, since a crash before that commit loses only the record of calls that changed
+      // nothing (the turn then ends failed at restart). Any other call runs after it.
+      bool read_only = !calls.empty();
+      for (const model::Part& c : calls) {
+        auto t = tool_of.find(c.name);
+        read_only = read_only && t != tool_of.end() && is_read_only(t->second.second);
+      }
+      if (!step_items.empty() && read_only) {
+        append_later(writes, agent_id, turn_id, std::move(step_items));
+      } else if (!step_items.empty()) {
         const int64_t now = now_ms();
         auto rows = co_await db_.run(
             [&](db::Database& d) { return append_items(d, agent_id, turn_id, step_items, now); });
@@ -1108,7 +1128,6 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         remember(agent_id, *rows);
         notify();
       }
-      for (const model::Part* c : resp->message.tool_calls()) calls.push_back(*c);
       request.messages.push_back(std::move(resp->message));
       if (calls.empty()) co_return ok_status();
     }
@@ -1166,7 +1185,11 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
            result.is_error}}.dump();
       // Not waited for: the next model call goes out while the worker commits it (a crash
       // before the commit leaves the call unanswered, and the turn ends failed at restart).
-      append_later(writes, agent_id, turn_id, std::move(payload));
+      std::vector<NewItem> result_item(1);
+      result_item[0].role = "tool";
+      result_item[0].kind = "tool_result";
+      result_item[0].payload = std::move(payload);
+      append_later(writes, agent_id, turn_id, std::move(result_item));
       results.push_back(
           model::Part::tool_result_part(call.id, parts_from_mcp(result.content), result.is_error));
     }

@@ -207,11 +207,11 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   // Adds committed |rows| to |agent_id|'s kept conversation (dropping it when they do not
   // follow on; the next turn then reads everything again).
   void remember(const std::string& agent_id, std::span<const ItemRow> rows);
-  // Writes a tool result without waiting for the commit (README.md §Agents, "Writes"): the
-  // worker runs writes in order, subscribers are told once it is durable, and |pending|
-  // counts it until then.
+  // Writes |items| (a tool result; a step whose calls are all read-only) in one transaction
+  // without waiting for the commit (README.md §Agents, "Writes"): the worker runs writes in
+  // order, subscribers are told once it is durable, and |pending| counts it until then.
   void append_later(PendingWrites& pending, const std::string& agent_id, const std::string& turn_id,
-                    std::string payload);
+                    std::vector<NewItem> items);
   // Waits until every write of |pending| is committed; the first failure, if any.
   asio::awaitable<Status> drain(PendingWrites& pending);
   void notify();

@@ -1821,7 +1821,10 @@ TEST_CASE(
   REQUIRE(gw.error().empty());
   json script = json::array();
   script.push_back(shell_call("openai", "c1", "echo one"));
-  script.push_back(shell_call("openai", "c2", "echo two"));
+  // A read-only call: its step's record commits while it runs (README.md §Agents, "Writes").
+  script.push_back(
+      {{"wire", "openai"},
+       {"tool_calls", {{{"id", "c2"}, {"name", "list_dir"}, {"arguments", {{"path", "."}}}}}}});
   script.push_back({{"wire", "openai"}, {"text", "A done"}});
   script.push_back({{"wire", "openai"}, {"text", "B done"}});
   REQUIRE(gw.set_script(script).ok());
@@ -1909,6 +1912,11 @@ TEST_CASE(
   }
   CHECK(a_items == std::vector<std::string>{"ITEM_TEXT", "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT",
                                             "ITEM_TOOL_CALL", "ITEM_TOOL_RESULT", "ITEM_TEXT"});
+  // The list_dir call's result is the listing, after its call.
+  REQUIRE(a_transcript.size() == 6);
+  CHECK(a_transcript[3].item().payload_json().find("list_dir") != std::string::npos);
+  CHECK(a_transcript[4].item().payload_json().find("\"is_error\":false") != std::string::npos);
+  CHECK(a_transcript[3].item().seq() + 1 == a_transcript[4].item().seq());
 }
 
 }  // namespace cb::agent
