@@ -1261,6 +1261,35 @@ TEST_CASE(
 
 namespace cb::agent {
 
+// The compaction tests' script so far: a shell call whose long result passes the budget of
+// compaction_config(), the summarize model's answer, and the main model's closing text.
+static json compaction_script_start() {
+  json script = json::array();
+  script.push_back(shell_call("openai", "c1", "head -c 40000 /dev/zero | tr '\\0' a"));
+  script.push_back({{"wire", "anthropic"}, {"text", "SUMMARY-7Q: the user wanted a's"}});
+  script.push_back({{"wire", "openai"}, {"text", "here they are"}});
+  return script;
+}
+
+// An openai agent whose context budget is what the first request costs (system prompt and
+// box tools) plus room for other tool sets and a short conversation, so that only the long
+// tool result of compaction_script_start() passes it; "small-model" on anthropic summarizes.
+static AgentConfig compaction_config(Setup& s, cb::test::FakeGateway& gw) {
+  model::Request base;
+  base.system = std::string(kDefaultSystemPrompt);
+  base.tools = box_tool_defs();
+  const int64_t base_tokens = model::estimate_tokens(base, model::ModelInfo{});
+  const int64_t context = (base_tokens + 4000) * 10 / 8;
+  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
+  std::filesystem::create_directories(config.data_dir);
+  test::write_file(config.data_dir / "agent.json",
+                   json{{"models",
+                         {{"main", {{"context_tokens", context}}},
+                          {"summarize", {{"name", "small-model"}, {"wire", "anthropic"}}}}}}
+                       .dump());
+  return config;
+}
+
 TEST_CASE(
     "Agents: near the context budget the summarize model compacts the conversation, "
     "and a restart rebuilds it the same",
@@ -1269,26 +1298,10 @@ TEST_CASE(
   s.deliver();
   cb::test::FakeGateway gw(s.dir / "model.sock");
   REQUIRE(gw.error().empty());
-  // The budget: what the first request costs (system prompt and box tools) plus room for
-  // other tool sets and a short conversation, so that only the long tool result passes it.
-  model::Request base;
-  base.system = std::string(kDefaultSystemPrompt);
-  base.tools = box_tool_defs();
-  const int64_t base_tokens = model::estimate_tokens(base, model::ModelInfo{});
-  const int64_t context = (base_tokens + 4000) * 10 / 8;
-  json script = json::array();
-  script.push_back(shell_call("openai", "c1", "head -c 40000 /dev/zero | tr '\\0' a"));
-  script.push_back({{"wire", "anthropic"}, {"text", "SUMMARY-7Q: the user wanted a's"}});
-  script.push_back({{"wire", "openai"}, {"text", "here they are"}});
+  json script = compaction_script_start();
   script.push_back({{"wire", "openai"}, {"text", "next answer"}});
   REQUIRE(gw.set_script(script).ok());
-  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
-  std::filesystem::create_directories(config.data_dir);
-  test::write_file(config.data_dir / "agent.json",
-                   json{{"models",
-                         {{"main", {{"context_tokens", context}}},
-                          {"summarize", {{"name", "small-model"}, {"wire", "anthropic"}}}}}}
-                       .dump());
+  AgentConfig config = compaction_config(s, gw);
   std::string agent_id;
   Result<v1::SendAccepted> first = internal_error("not run");
   Result<v1::SendAccepted> second = internal_error("not run");
@@ -1490,26 +1503,12 @@ TEST_CASE(
   s.deliver();
   cb::test::FakeGateway gw(s.dir / "model.sock");
   REQUIRE(gw.error().empty());
-  model::Request base;
-  base.system = std::string(kDefaultSystemPrompt);
-  base.tools = box_tool_defs();
-  const int64_t base_tokens = model::estimate_tokens(base, model::ModelInfo{});
-  const int64_t context = (base_tokens + 4000) * 10 / 8;
-  json script = json::array();
-  script.push_back(shell_call("openai", "c1", "head -c 40000 /dev/zero | tr '\\0' a"));  // A
-  script.push_back({{"wire", "anthropic"}, {"text", "SUMMARY-7Q: the user wanted a's"}});
-  script.push_back({{"wire", "openai"}, {"text", "here they are"}});  // A, turn 1 ends
-  script.push_back({{"wire", "openai"}, {"text", "B's answer"}});     // B
-  script.push_back({{"wire", "openai"}, {"text", "next answer"}});    // A, turn 2
-  script.push_back({{"wire", "openai"}, {"text", "third answer"}});   // A, after a restart
+  json script = compaction_script_start();                           // agent A's first turn
+  script.push_back({{"wire", "openai"}, {"text", "B's answer"}});    // B
+  script.push_back({{"wire", "openai"}, {"text", "next answer"}});   // A, turn 2
+  script.push_back({{"wire", "openai"}, {"text", "third answer"}});  // A, after a restart
   REQUIRE(gw.set_script(script).ok());
-  AgentConfig config = config_for(s, gw, model::Wire::kOpenAi);
-  std::filesystem::create_directories(config.data_dir);
-  test::write_file(config.data_dir / "agent.json",
-                   json{{"models",
-                         {{"main", {{"context_tokens", context}}},
-                          {"summarize", {{"name", "small-model"}, {"wire", "anthropic"}}}}}}
-                       .dump());
+  AgentConfig config = compaction_config(s, gw);
   std::string a_id;
   std::string b_id;
   std::vector<Result<v1::SendAccepted>> sent;

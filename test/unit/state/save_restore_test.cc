@@ -86,6 +86,29 @@ struct World {
     return std::filesystem::path(o.target);
   }
 
+  // Options restoring the home root into a fresh folder |name| on |threads| fetch threads.
+  RestoreOptions restore_options(const std::string& name, int threads) const {
+    RestoreOptions o;
+    o.strip = "home/user";
+    o.target = (dir.path() / name).string();
+    o.fetch_threads = threads;
+    return o;
+  }
+
+  // Flips one bit in the middle of the stored object |key|.
+  void tamper(const std::string& key) {
+    std::string sealed = *store->get(key);
+    sealed[sealed.size() / 2] ^= 0x01;
+    REQUIRE(store->put(key, sealed).ok());
+  }
+
+  // No temporary folder of a restore is left in the world's directory.
+  void check_no_restore_leftovers() const {
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
+    }
+  }
+
   void make_tree() {
     write_file(home() / "notes.txt", "remember the milk\n", kOldMtimeNs + 1, 0640);
     write_file(home() / "work/big.bin", noise(50000, 7), kOldMtimeNs + 2, 0600);
@@ -131,9 +154,7 @@ TEST_CASE("save and restore: a restored tree equals the saved one", "[state][uni
   if (::geteuid() == 0) CHECK(got["notes.txt"].uid == 1234);
   CHECK(got["work/script.sh"].mode == 04755);
   // No temporary folder is left next to the target.
-  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
-    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
-  }
+  w.check_no_restore_leftovers();
 }
 
 TEST_CASE("save: the record, timeline and head describe each save", "[state][unit]") {
@@ -266,9 +287,7 @@ TEST_CASE("restore: a tampered or missing chunk is kDataLoss naming the file", "
   CHECK(message.find(victim.hex()) != std::string::npos);
   // Nothing was left behind: no target, no temporary folder.
   CHECK(!std::filesystem::exists(w.dir.path() / "restored"));
-  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
-    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
-  }
+  w.check_no_restore_leftovers();
 }
 
 // Chunks are fetched and opened ahead of the writer on several threads; the writer still
@@ -286,17 +305,11 @@ TEST_CASE("restore: with fetch threads the first bad chunk in path order is the 
   REQUIRE(notes->chunks.size() == 1);
   std::vector<std::string> gone = {chunk_key("u1", big->chunks.back().id)};
   REQUIRE(w.store->delete_batch(gone).ok());
-  const std::string notes_key = chunk_key("u1", notes->chunks[0].id);
-  std::string sealed = *w.store->get(notes_key);
-  sealed[sealed.size() / 2] ^= 0x01;
-  REQUIRE(w.store->put(notes_key, sealed).ok());
+  w.tamper(chunk_key("u1", notes->chunks[0].id));
 
   for (int threads : {1, 2, 8}) {
     INFO("fetch threads " << threads);
-    RestoreOptions o;
-    o.strip = "home/user";
-    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
-    o.fetch_threads = threads;
+    RestoreOptions o = w.restore_options("t" + std::to_string(threads), threads);
     auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
     REQUIRE(!done.ok());
     CHECK(done.status().code() == Code::kDataLoss);
@@ -305,9 +318,7 @@ TEST_CASE("restore: with fetch threads the first bad chunk in path order is the 
     CHECK(message.find(notes->chunks[0].id.hex()) != std::string::npos);
     CHECK(!std::filesystem::exists(o.target));
   }
-  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
-    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
-  }
+  w.check_no_restore_leftovers();
 }
 
 // A file of many chunks is written in ranges by several threads at once; an error in an
@@ -326,17 +337,11 @@ TEST_CASE("restore: the first bad range of a large file is the error, whatever t
   std::vector<std::string> gone = {chunk_key("u1", big->chunks[40].id),
                                    chunk_key("u1", big->chunks.back().id)};
   REQUIRE(w.store->delete_batch(gone).ok());
-  const std::string early_key = chunk_key("u1", early);
-  std::string sealed = *w.store->get(early_key);
-  sealed[sealed.size() / 2] ^= 0x01;
-  REQUIRE(w.store->put(early_key, sealed).ok());
+  w.tamper(chunk_key("u1", early));
 
   for (int threads : {1, 2, 8}) {
     INFO("fetch threads " << threads);
-    RestoreOptions o;
-    o.strip = "home/user";
-    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
-    o.fetch_threads = threads;
+    RestoreOptions o = w.restore_options("t" + std::to_string(threads), threads);
     auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
     REQUIRE(!done.ok());
     CHECK(done.status().code() == Code::kDataLoss);
@@ -346,9 +351,7 @@ TEST_CASE("restore: the first bad range of a large file is the error, whatever t
     CHECK(message.find("does not authenticate") != std::string::npos);
     CHECK(!std::filesystem::exists(o.target));
   }
-  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
-    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
-  }
+  w.check_no_restore_leftovers();
 }
 
 // Progress comes from the write threads one call at a time; the counts only grow and end at
@@ -361,10 +364,7 @@ TEST_CASE("restore: progress counts grow to the totals with write threads", "[st
   for (int threads : {1, 4}) {
     INFO("fetch threads " << threads);
     std::vector<std::pair<uint64_t, uint64_t>> calls;
-    RestoreOptions o;
-    o.strip = "home/user";
-    o.target = (w.dir.path() / ("p" + std::to_string(threads))).string();
-    o.fetch_threads = threads;
+    RestoreOptions o = w.restore_options("p" + std::to_string(threads), threads);
     o.progress = [&](uint64_t files, uint64_t bytes) { calls.emplace_back(files, bytes); };
     auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
     REQUIRE(done.ok());
@@ -392,10 +392,7 @@ TEST_CASE("restore: any number of fetch threads restores the same tree", "[state
   const auto expected = picture(w.home());
   for (int threads : {1, 3, 16}) {
     INFO("fetch threads " << threads);
-    RestoreOptions o;
-    o.strip = "home/user";
-    o.target = (w.dir.path() / ("t" + std::to_string(threads))).string();
-    o.fetch_threads = threads;
+    RestoreOptions o = w.restore_options("t" + std::to_string(threads), threads);
     auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
     REQUIRE(done.ok());
     CHECK(done->files == 25);
@@ -498,9 +495,7 @@ TEST_CASE("restore: replace swaps a whole root in and removes the old tree", "[s
   auto r = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
   REQUIRE(r.ok());
   CHECK(picture(w.home()) == expected);
-  for (const auto& e : std::filesystem::directory_iterator(w.dir.path())) {
-    CHECK(e.path().filename().string().rfind(".cb-restore-", 0) != 0);
-  }
+  w.check_no_restore_leftovers();
 }
 
 // Crash safety of the commit order (README.md §Commit): a second save fails at each of its
