@@ -45,6 +45,20 @@ using test::one;
 using test::Setup;
 using test::with_agent;
 
+// The approval ap_1 asked for call c1 of turn tu_1 of agent ag_1, as tests seed it in agent.db.
+ApprovalRow approval_of_c1(const std::string& tool, const std::string& arguments,
+                           int64_t created_ms) {
+  ApprovalRow row;
+  row.id = "ap_1";
+  row.agent_id = "ag_1";
+  row.turn_id = "tu_1";
+  row.call_id = "c1";
+  row.tool = tool;
+  row.arguments = arguments;
+  row.created_ms = created_ms;
+  return row;
+}
+
 AgentConfig config_for(Setup& s, const cb::test::FakeGateway& gw, model::Wire wire) {
   AgentConfig c = s.config();
   c.agents.model_endpoint = gw.url();
@@ -1213,15 +1227,7 @@ TEST_CASE(
             append_item(d, "ag_1", "tu_1", "assistant", "tool_call",
                         json{{"id", "c1"}, {"name", "shell"}, {"arguments", args}}.dump(), 1000);
         if (!call.ok()) return call.status();
-        ApprovalRow row;
-        row.id = "ap_1";
-        row.agent_id = "ag_1";
-        row.turn_id = "tu_1";
-        row.call_id = "c1";
-        row.tool = "shell";
-        row.arguments = args;
-        row.created_ms = 1000;
-        return create_approval(d, row).status();
+        return create_approval(d, approval_of_c1("shell", args, 1000)).status();
       });
     }());
     REQUIRE(written == ok_status());
@@ -1658,15 +1664,7 @@ TEST_CASE(
         auto call = append_item(d, "ag_1", "tu_1", "assistant", "tool_call",
                                 call_payload("c1").dump(), 1001);
         if (!call.ok()) return call.status();
-        ApprovalRow ap;
-        ap.id = "ap_1";
-        ap.agent_id = "ag_1";
-        ap.turn_id = "tu_1";
-        ap.call_id = "c1";
-        ap.tool = "list_dir";
-        ap.arguments = "{}";
-        ap.created_ms = 1002;
-        auto asked = create_approval(d, ap);
+        auto asked = create_approval(d, approval_of_c1("list_dir", "{}", 1002));
         if (!asked.ok()) return asked.status();
         auto t2 = start_turn(d, "ag_2", "tu_2", "", R"({"text":"other"})", 1003);
         if (!t2.ok()) return t2.status();
