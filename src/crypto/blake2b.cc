@@ -2,6 +2,7 @@
 
 #include "base/check.h"
 #include "crypto/bytes.h"
+#include "crypto/openssl_internal.h"
 #include "crypto/sodium_internal.h"
 
 #include <sodium.h>
@@ -17,8 +18,9 @@ static_assert(kSymmetricKeySize >= crypto_generichash_KEYBYTES_MIN &&
 
 Blake2b256Digest blake2b_256(std::span<const uint8_t, kSymmetricKeySize> key,
                              std::string_view data) {
-  internal::ensure_initialized();
   Blake2b256Digest digest;
+  if (internal::openssl_blake2b_256(key, data, digest)) return digest;
+  internal::ensure_initialized();
   int rc = crypto_generichash(digest.data(), digest.size(),
                               reinterpret_cast<const unsigned char*>(data.data()), data.size(),
                               key.data(), key.size());

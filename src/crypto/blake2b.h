@@ -3,7 +3,8 @@
 // crypto_kdf (BLAKE2b with the subkey id as salt and an 8-byte context as personalisation).
 // The state layer (src/state) uses both: chunk ids are keyed BLAKE2b-256 of the chunk under a
 // subkey derived from the user's state key, so only holders of the key can compute or test
-// an id. Backed by libsodium (crypto_generichash, crypto_kdf_derive_from_key).
+// an id. Backed by OpenSSL's BLAKE2BMAC where available (same bytes, faster) and libsodium
+// (crypto_generichash, crypto_kdf_derive_from_key).
 //
 // Thread-safety: free functions; safe from any thread.
 

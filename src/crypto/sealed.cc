@@ -1,6 +1,7 @@
 #include "crypto/sealed.h"
 
 #include "base/check.h"
+#include "crypto/openssl_internal.h"
 #include "crypto/sodium_internal.h"
 
 #include <sodium.h>
@@ -16,6 +17,8 @@ static_assert(kSealTagSize == crypto_aead_xchacha20poly1305_ietf_ABYTES);
 namespace {
 
 constexpr size_t kHeaderSize = 1 + kSealNonceSize;
+constexpr std::string_view kAuthenticationFailed =
+    "sealed value: authentication failed (altered, or wrong key or additional data)";
 
 const unsigned char* uchars(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
@@ -41,6 +44,11 @@ std::string seal(std::span<const uint8_t, kSealKeySize> key, std::string_view pl
   bytes[0] = kSealVersion;
   random.fill(std::span<uint8_t>(bytes + 1, kSealNonceSize));
   const std::string ad = aead_additional_data(additional_data);
+  const std::span<const uint8_t, kSealNonceSize> nonce(bytes + 1, kSealNonceSize);
+  if (internal::openssl_xchacha20poly1305_encrypt(key, nonce, ad, plaintext, bytes + kHeaderSize) ==
+      internal::OpensslAead::kOk) {
+    return out;
+  }
   unsigned long long written = 0;
   crypto_aead_xchacha20poly1305_ietf_encrypt(bytes + kHeaderSize, &written, uchars(plaintext),
                                              plaintext.size(), uchars(ad), ad.size(), nullptr,
@@ -63,13 +71,23 @@ Result<std::string> open(std::span<const uint8_t, kSealKeySize> key, std::string
   const std::string_view body = sealed.substr(kHeaderSize);
   std::string plaintext(body.size() - kSealTagSize, '\0');
   const std::string ad = aead_additional_data(additional_data);
+  auto* out = reinterpret_cast<unsigned char*>(plaintext.data());
+  const std::span<const uint8_t, kSealNonceSize> nonce(
+      reinterpret_cast<const uint8_t*>(sealed.data()) + 1, kSealNonceSize);
+  switch (internal::openssl_xchacha20poly1305_decrypt(key, nonce, ad, body, out)) {
+    case internal::OpensslAead::kOk:
+      return plaintext;
+    case internal::OpensslAead::kAuthFailed:
+      return data_loss(kAuthenticationFailed);
+    case internal::OpensslAead::kUnavailable:
+      break;
+  }
   unsigned long long written = 0;
   int rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
       reinterpret_cast<unsigned char*>(plaintext.data()), &written, nullptr, uchars(body),
       body.size(), uchars(ad), ad.size(), uchars(sealed.substr(1, kSealNonceSize)), key.data());
   if (rc != 0) {
-    return data_loss(
-        "sealed value: authentication failed (altered, or wrong key or additional data)");
+    return data_loss(kAuthenticationFailed);
   }
   CB_CHECK(written == plaintext.size());
   return plaintext;

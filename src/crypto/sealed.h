@@ -1,9 +1,9 @@
 #pragma once
 // Sealed values: a byte string encrypted and authenticated under a 32-byte key with
-// XChaCha20-Poly1305 (IETF variant, libsodium crypto_aead_xchacha20poly1305_ietf), bound to
-// caller-chosen additional data that is authenticated but not stored. The server seals secret
-// columns with additional data naming table, row and column, so a sealed value copied to
-// another row does not open.
+// XChaCha20-Poly1305 (IETF variant, libsodium crypto_aead_xchacha20poly1305_ietf; computed by
+// OpenSSL where it can, byte for byte the same), bound to caller-chosen additional data that
+// is authenticated but not stored. The server seals secret columns with additional data
+// naming table, row and column, so a sealed value copied to another row does not open.
 //
 // Format (README.md §FORMAT, "Sealed value"):
 //   sealed := version:uint8 (= 1) || nonce:uint8[24] || ciphertext:uint8[len(plaintext)] ||
