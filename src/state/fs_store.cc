@@ -277,20 +277,20 @@ Result<std::string> FsStore::get(std::string_view key) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+  // Objects are written to a temporary and renamed into place, never changed in place, so
+  // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
   std::string out;
   out.resize(size_t(st.st_size));
   size_t got = 0;
-  while (true) {
-    if (got == out.size()) out.resize(out.size() + 4096);  // grew since fstat: keep reading
+  while (got < out.size()) {
     ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno_status("read " + path, errno);
     }
-    if (n == 0) break;
+    if (n == 0) return data_loss(path + ": shorter than its size");
     got += size_t(n);
   }
-  out.resize(got);
   return out;
 }
 
