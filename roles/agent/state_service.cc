@@ -314,8 +314,7 @@ class UploadSink final : public state::ChunkSink {
       auto it = urls.find(p.id.hex());
       if (it == urls.end()) continue;  // the store has it (another box of the user saved it)
       const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
-      std::string sealed =
-          state::seal_chunk(keys_, p.id, {data, p.plaintext.size()}, crypto::system_random());
+      std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
       RETURN_IF_ERROR(http_.request("PUT", it->second, sealed, "chunk upload").status());
       ++uploaded_chunks_;
       uploaded_bytes_ += p.plaintext.size();

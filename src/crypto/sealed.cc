@@ -20,60 +20,43 @@ constexpr size_t kHeaderSize = 1 + kSealNonceSize;
 constexpr std::string_view kAuthenticationFailed =
     "sealed value: authentication failed (altered, or wrong key or additional data)";
 
+using Nonce = std::span<const uint8_t, kSealNonceSize>;
+
 const unsigned char* uchars(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
 }
 
 // The AEAD's additional data: the version byte, then the caller's bytes.
-std::string aead_additional_data(std::string_view additional_data) {
+std::string aead_additional_data(uint8_t version, std::string_view additional_data) {
   std::string ad;
   ad.reserve(1 + additional_data.size());
-  ad += char(kSealVersion);
+  ad += char(version);
   ad += additional_data;
   return ad;
 }
 
-}  // namespace
-
-std::string seal(std::span<const uint8_t, kSealKeySize> key, std::string_view plaintext,
-                 std::string_view additional_data, Random& random) {
+// Writes ciphertext || tag (plaintext.size() + kSealTagSize bytes) to |out|.
+void encrypt(std::span<const uint8_t, kSealKeySize> key, Nonce nonce, std::string_view ad,
+             std::string_view plaintext, unsigned char* out) {
   internal::ensure_initialized();
   CB_CHECK(plaintext.size() <= crypto_aead_xchacha20poly1305_ietf_MESSAGEBYTES_MAX);
-  std::string out(kHeaderSize + plaintext.size() + kSealTagSize, '\0');
-  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
-  bytes[0] = kSealVersion;
-  random.fill(std::span<uint8_t>(bytes + 1, kSealNonceSize));
-  const std::string ad = aead_additional_data(additional_data);
-  const std::span<const uint8_t, kSealNonceSize> nonce(bytes + 1, kSealNonceSize);
-  if (internal::openssl_xchacha20poly1305_encrypt(key, nonce, ad, plaintext, bytes + kHeaderSize) ==
+  if (internal::openssl_xchacha20poly1305_encrypt(key, nonce, ad, plaintext, out) ==
       internal::OpensslAead::kOk) {
-    return out;
+    return;
   }
   unsigned long long written = 0;
-  crypto_aead_xchacha20poly1305_ietf_encrypt(bytes + kHeaderSize, &written, uchars(plaintext),
-                                             plaintext.size(), uchars(ad), ad.size(), nullptr,
-                                             bytes + 1, key.data());
+  crypto_aead_xchacha20poly1305_ietf_encrypt(out, &written, uchars(plaintext), plaintext.size(),
+                                             uchars(ad), ad.size(), nullptr, nonce.data(),
+                                             key.data());
   CB_CHECK(written == plaintext.size() + kSealTagSize);
-  return out;
 }
 
-Result<std::string> open(std::span<const uint8_t, kSealKeySize> key, std::string_view sealed,
-                         std::string_view additional_data) {
-  if (sealed.size() < kSealOverhead) {
-    return invalid_argument("sealed value: truncated: " + std::to_string(sealed.size()) +
-                            " bytes, need at least " + std::to_string(kSealOverhead));
-  }
-  if (uint8_t(sealed[0]) != kSealVersion) {
-    return invalid_argument("sealed value: unknown version " +
-                            std::to_string(unsigned(uint8_t(sealed[0]))));
-  }
+// The plaintext of |body| (ciphertext || tag, at least kSealTagSize bytes).
+Result<std::string> decrypt(std::span<const uint8_t, kSealKeySize> key, Nonce nonce,
+                            std::string_view ad, std::string_view body) {
   internal::ensure_initialized();
-  const std::string_view body = sealed.substr(kHeaderSize);
   std::string plaintext(body.size() - kSealTagSize, '\0');
-  const std::string ad = aead_additional_data(additional_data);
   auto* out = reinterpret_cast<unsigned char*>(plaintext.data());
-  const std::span<const uint8_t, kSealNonceSize> nonce(
-      reinterpret_cast<const uint8_t*>(sealed.data()) + 1, kSealNonceSize);
   switch (internal::openssl_xchacha20poly1305_decrypt(key, nonce, ad, body, out)) {
     case internal::OpensslAead::kOk:
       return plaintext;
@@ -83,14 +66,65 @@ Result<std::string> open(std::span<const uint8_t, kSealKeySize> key, std::string
       break;
   }
   unsigned long long written = 0;
-  int rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
-      reinterpret_cast<unsigned char*>(plaintext.data()), &written, nullptr, uchars(body),
-      body.size(), uchars(ad), ad.size(), uchars(sealed.substr(1, kSealNonceSize)), key.data());
-  if (rc != 0) {
+  if (crypto_aead_xchacha20poly1305_ietf_decrypt(out, &written, nullptr, uchars(body), body.size(),
+                                                 uchars(ad), ad.size(), nonce.data(),
+                                                 key.data()) != 0) {
     return data_loss(kAuthenticationFailed);
   }
   CB_CHECK(written == plaintext.size());
   return plaintext;
+}
+
+// kInvalidArgument unless |sealed| has at least |overhead| bytes and starts with |version|.
+Status check_header(std::string_view sealed, uint8_t version, size_t overhead) {
+  if (sealed.size() < overhead) {
+    return invalid_argument("sealed value: truncated: " + std::to_string(sealed.size()) +
+                            " bytes, need at least " + std::to_string(overhead));
+  }
+  if (uint8_t(sealed[0]) != version) {
+    return invalid_argument("sealed value: unknown version " +
+                            std::to_string(unsigned(uint8_t(sealed[0]))));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string seal(std::span<const uint8_t, kSealKeySize> key, std::string_view plaintext,
+                 std::string_view additional_data, Random& random) {
+  std::string out(kHeaderSize + plaintext.size() + kSealTagSize, '\0');
+  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
+  bytes[0] = kSealVersion;
+  random.fill(std::span<uint8_t>(bytes + 1, kSealNonceSize));
+  encrypt(key, Nonce(bytes + 1, kSealNonceSize),
+          aead_additional_data(kSealVersion, additional_data), plaintext, bytes + kHeaderSize);
+  return out;
+}
+
+Result<std::string> open(std::span<const uint8_t, kSealKeySize> key, std::string_view sealed,
+                         std::string_view additional_data) {
+  RETURN_IF_ERROR(check_header(sealed, kSealVersion, kSealOverhead));
+  return decrypt(key, Nonce(reinterpret_cast<const uint8_t*>(sealed.data()) + 1, kSealNonceSize),
+                 aead_additional_data(kSealVersion, additional_data), sealed.substr(kHeaderSize));
+}
+
+std::string seal_with_nonce(std::span<const uint8_t, kSealKeySize> key,
+                            std::span<const uint8_t, kSealNonceSize> nonce,
+                            std::string_view plaintext, std::string_view additional_data) {
+  std::string out(1 + plaintext.size() + kSealTagSize, '\0');
+  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
+  bytes[0] = kSealVersionNonceNotStored;
+  encrypt(key, nonce, aead_additional_data(kSealVersionNonceNotStored, additional_data), plaintext,
+          bytes + 1);
+  return out;
+}
+
+Result<std::string> open_with_nonce(std::span<const uint8_t, kSealKeySize> key,
+                                    std::span<const uint8_t, kSealNonceSize> nonce,
+                                    std::string_view sealed, std::string_view additional_data) {
+  RETURN_IF_ERROR(check_header(sealed, kSealVersionNonceNotStored, kSealOverheadNonceNotStored));
+  return decrypt(key, nonce, aead_additional_data(kSealVersionNonceNotStored, additional_data),
+                 sealed.substr(1));
 }
 
 }  // namespace cb::crypto

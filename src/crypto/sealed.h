@@ -47,4 +47,25 @@ std::string seal(std::span<const uint8_t, kSealKeySize> key, std::string_view pl
 Result<std::string> open(std::span<const uint8_t, kSealKeySize> key, std::string_view sealed,
                          std::string_view additional_data);
 
+// Sealed values whose nonce is not stored (README.md §FORMAT, "Sealed value, nonce not
+// stored"): version 2 || ciphertext || tag, 17 bytes of overhead instead of 41. The caller
+// passes the same |nonce| to both calls. It must never give two different plaintexts the
+// same nonce under one key: the state layer seals a chunk with the first 24 bytes of its id,
+// a keyed hash of the plaintext, so only equal plaintexts share a nonce, and they seal to
+// equal bytes (which the id, the object's name, reveals anyway).
+inline constexpr uint8_t kSealVersionNonceNotStored = 2;
+inline constexpr size_t kSealOverheadNonceNotStored = 1 + kSealTagSize;
+
+// Encrypts |plaintext| under |key| and |nonce|, bound to |additional_data|. Never fails.
+std::string seal_with_nonce(std::span<const uint8_t, kSealKeySize> key,
+                            std::span<const uint8_t, kSealNonceSize> nonce,
+                            std::string_view plaintext, std::string_view additional_data);
+
+// The plaintext of |sealed| from seal_with_nonce() with the same key, nonce and additional
+// data. Errors as open(): kInvalidArgument for a blob shorter than
+// kSealOverheadNonceNotStored or without version 2; kDataLoss if it does not authenticate.
+Result<std::string> open_with_nonce(std::span<const uint8_t, kSealKeySize> key,
+                                    std::span<const uint8_t, kSealNonceSize> nonce,
+                                    std::string_view sealed, std::string_view additional_data);
+
 }  // namespace cb::crypto

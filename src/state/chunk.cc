@@ -9,8 +9,19 @@ namespace cb::state {
 
 std::string chunk_additional_data(const ChunkId& id) { return "chunk/" + id.hex(); }
 
+namespace {
+
+// A chunk's nonce: the first 24 bytes of its id, a keyed hash of the plaintext. Only equal
+// plaintexts share it, and those seal to equal objects under equal names.
+std::span<const uint8_t, crypto::kSealNonceSize> chunk_nonce(const ChunkId& id) {
+  static_assert(kChunkIdSize >= crypto::kSealNonceSize);
+  return std::span<const uint8_t, crypto::kSealNonceSize>(id.bytes.data(), crypto::kSealNonceSize);
+}
+
+}  // namespace
+
 std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const uint8_t> plaintext,
-                       crypto::Random& random, int zstd_level) {
+                       int zstd_level) {
   CB_CHECK(plaintext.size() <= kMaxChunkSize);
   const std::string_view data = crypto::char_view(plaintext);
   std::string compressed = internal::zstd_compress(data, zstd_level);
@@ -24,12 +35,18 @@ std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const
     inner += char(ChunkCodec::kStored);
     inner += data;
   }
-  return crypto::seal(keys.chunk_seal_key().bytes(), inner, chunk_additional_data(id), random);
+  return crypto::seal_with_nonce(keys.chunk_seal_key().bytes(), chunk_nonce(id), inner,
+                                 chunk_additional_data(id));
 }
 
 Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed) {
   const std::string what = "chunk " + id.hex();
-  auto inner = crypto::open(keys.chunk_seal_key().bytes(), sealed, chunk_additional_data(id));
+  // Version 1 (random nonce, stored) is what earlier saves wrote: both versions open.
+  const bool nonce_stored = !sealed.empty() && uint8_t(sealed[0]) == crypto::kSealVersion;
+  auto inner = nonce_stored
+                   ? crypto::open(keys.chunk_seal_key().bytes(), sealed, chunk_additional_data(id))
+                   : crypto::open_with_nonce(keys.chunk_seal_key().bytes(), chunk_nonce(id), sealed,
+                                             chunk_additional_data(id));
   if (!inner.ok()) {
     // Truncated, foreign version, tampered, swapped or another key: all mean the stored object
     // is not the chunk this id names.

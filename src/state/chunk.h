@@ -6,10 +6,9 @@
 // recomputes the id of what it decrypted, so it never returns bytes other than the ones the
 // id names.
 //
-// Thread-safety: free functions; safe from any thread given a thread-safe Random.
+// Thread-safety: free functions; safe from any thread.
 
 #include "base/result.h"
-#include "crypto/random.h"
 #include "state/keys.h"
 
 #include <cstddef>
@@ -30,8 +29,9 @@ enum class ChunkCodec : uint8_t { kStored = 0, kZstd = 1 };
 
 // The sealed object for the chunk |plaintext| whose id is |id|.
 // REQUIRES: id == keys.chunk_id(plaintext) and plaintext.size() <= kMaxChunkSize.
+// Deterministic: the nonce is the id's first 24 bytes (README.md §Chunk object).
 std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const uint8_t> plaintext,
-                       crypto::Random& random, int zstd_level = kChunkZstdLevel);
+                       int zstd_level = kChunkZstdLevel);
 
 // The plaintext of the sealed chunk |sealed| stored as |id|.
 // Errors: kDataLoss "chunk <id hex>: ..." when it does not authenticate (tampered, truncated,

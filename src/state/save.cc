@@ -12,14 +12,9 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
 
 }  // namespace
 
-void StoreChunkSink::LockedRandom::fill(std::span<uint8_t> out) {
-  std::lock_guard lock(mu_);
-  inner_.fill(out);
-}
-
 StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string user,
-                               crypto::Random& random, int put_threads)
-    : store_(store), keys_(keys), user_(std::move(user)), locked_random_(random) {
+                               int put_threads)
+    : store_(store), keys_(keys), user_(std::move(user)) {
   if (put_threads <= 1) return;
   max_queued_ = size_t(put_threads) * 2;
   for (int i = 0; i < put_threads; ++i) {
@@ -41,8 +36,7 @@ StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string 
         Status s = ok_status();
         size_t sealed_size = 0;
         if (!failed) {
-          const std::string sealed =
-              seal_chunk(keys_, put.id, as_bytes(put.plaintext), locked_random_);
+          const std::string sealed = seal_chunk(keys_, put.id, as_bytes(put.plaintext));
           sealed_size = sealed.size();
           s = store_.put_deferred(put.key, sealed);
         }
@@ -76,7 +70,7 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   }
   if (size.status().code() != Code::kNotFound) return size.status();
   if (threads_.empty()) {
-    const std::string sealed = seal_chunk(keys_, id, plaintext, locked_random_);
+    const std::string sealed = seal_chunk(keys_, id, plaintext);
     RETURN_IF_ERROR(store_.put_deferred(key, sealed));
     added_stored_bytes_ += sealed.size();
   } else {
@@ -134,7 +128,7 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
     }
   }
 
-  StoreChunkSink sink(store, keys, location.user, random, options.put_threads);
+  StoreChunkSink sink(store, keys, location.user, options.put_threads);
   if (parent != nullptr) sink.add_known(*parent);
   ASSIGN_OR_RETURN(ScanResult scan, scan_tree(options.scan, parent, keys, sink));
   RETURN_IF_ERROR(sink.finish());  // every chunk stored before the commit writes the manifest

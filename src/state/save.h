@@ -71,16 +71,14 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // and the put do too; with put_threads > 1 the sink copies each new chunk's plaintext into a
 // queue (at most 2 * put_threads chunks; add() waits for room) and that many threads of the
 // sink's own compress, seal and put them, so sealing — most of a save's CPU — no longer runs
-// on the scanning thread. |random| is then called from those threads, one call at a time
-// (the sink serialises them), so it need not be thread-safe. finish() waits for every put:
+// on the scanning thread. finish() waits for every put:
 // every chunk added is stored only once it returned ok, so call it before committing.
 // added_stored_bytes() is complete only after finish(). Chunks go to Store::put_deferred():
 // none of them need be durable or visible before finish() called Store::sync().
 class StoreChunkSink final : public ChunkSink {
  public:
-  // |store|, |keys| and |random| are not owned and must outlive the sink.
-  StoreChunkSink(Store& store, const StateKeys& keys, std::string user, crypto::Random& random,
-                 int put_threads = 1);
+  // |store| and |keys| are not owned and must outlive the sink.
+  StoreChunkSink(Store& store, const StateKeys& keys, std::string user, int put_threads = 1);
   ~StoreChunkSink() override;
   StoreChunkSink(const StoreChunkSink&) = delete;
   StoreChunkSink& operator=(const StoreChunkSink&) = delete;
@@ -104,17 +102,6 @@ class StoreChunkSink final : public ChunkSink {
   Store& store_;
   const StateKeys& keys_;
   std::string user_;
-  // |random| behind a mutex: the put threads seal concurrently.
-  class LockedRandom final : public crypto::Random {
-   public:
-    explicit LockedRandom(crypto::Random& inner) : inner_(inner) {}
-    void fill(std::span<uint8_t> out) override;
-
-   private:
-    std::mutex mu_;
-    crypto::Random& inner_;
-  };
-  LockedRandom locked_random_;
   std::unordered_set<ChunkId, ChunkIdHash> known_;
   struct Put {
     std::string key;

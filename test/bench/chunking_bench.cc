@@ -102,7 +102,7 @@ std::pair<double, size_t> save_pipeline(const Files& t, const ChunkerParams& p,
       auto chunk = data.first(cut);
       auto id = keys.chunk_id(chunk);
       if (seen.insert(id).second) {
-        sealed_bytes += cb::state::seal_chunk(keys, id, chunk, random).size();
+        sealed_bytes += cb::state::seal_chunk(keys, id, chunk).size();
       }
       data = data.subspan(cut);
     }

@@ -105,5 +105,62 @@ TEST_CASE("open: a truncated or foreign blob is kInvalidArgument", "[crypto][uni
   }
 }
 
+TEST_CASE("seal_with_nonce: round trips, deterministic, 17 bytes of overhead, nonce not stored",
+          "[crypto][unit]") {
+  Fixture f;
+  std::array<uint8_t, kSealNonceSize> nonce{};
+  f.random.fill(nonce);
+  for (std::string plaintext : {std::string(), std::string("x"), std::string(70000, 'z')}) {
+    const std::string sealed = seal_with_nonce(f.key.bytes(), nonce, plaintext, "chunk/ab");
+    CHECK(sealed.size() == plaintext.size() + kSealOverheadNonceNotStored);
+    CHECK(uint8_t(sealed[0]) == kSealVersionNonceNotStored);
+    CHECK(sealed == seal_with_nonce(f.key.bytes(), nonce, plaintext, "chunk/ab"));
+    auto opened = open_with_nonce(f.key.bytes(), nonce, sealed, "chunk/ab");
+    REQUIRE(opened.ok());
+    CHECK(*opened == plaintext);
+  }
+}
+
+TEST_CASE(
+    "open_with_nonce: another nonce, key or additional data, or any flipped bit, is kDataLoss",
+    "[crypto][unit]") {
+  Fixture f;
+  std::array<uint8_t, kSealNonceSize> nonce{};
+  f.random.fill(nonce);
+  const std::string sealed = seal_with_nonce(f.key.bytes(), nonce, "attack at dawn", "ad");
+  auto code_of = [&](std::span<const uint8_t, kSealKeySize> key,
+                     const std::array<uint8_t, kSealNonceSize>& n, std::string_view blob,
+                     std::string_view ad) {
+    return open_with_nonce(key, n, blob, ad).status().code();
+  };
+  REQUIRE(code_of(f.key.bytes(), nonce, sealed, "ad") == Code::kOk);
+  for (size_t i = 1; i < sealed.size(); ++i) {
+    std::string tampered = sealed;
+    tampered[i] = char(tampered[i] ^ 0x20);
+    INFO("byte " << i);
+    CHECK(code_of(f.key.bytes(), nonce, tampered, "ad") == Code::kDataLoss);
+  }
+  for (size_t i : {size_t{0}, size_t{15}, size_t{16}, size_t{23}}) {  // subkey and IV parts
+    auto other = nonce;
+    other[i] ^= 1;
+    INFO("nonce byte " << i);
+    CHECK(code_of(f.key.bytes(), other, sealed, "ad") == Code::kDataLoss);
+  }
+  CHECK(code_of(f.other_key.bytes(), nonce, sealed, "ad") == Code::kDataLoss);
+  CHECK(code_of(f.key.bytes(), nonce, sealed, "ae") == Code::kDataLoss);
+}
+
+TEST_CASE("sealed values: each version opens only through its own call", "[crypto][unit]") {
+  Fixture f;
+  std::array<uint8_t, kSealNonceSize> nonce{};
+  const std::string v2 = seal_with_nonce(f.key.bytes(), nonce, "value", "ad");
+  const std::string v1 = seal(f.key.bytes(), "value", "ad", f.random);
+  CHECK(open(f.key.bytes(), v2, "ad").status().code() == Code::kInvalidArgument);
+  CHECK(open_with_nonce(f.key.bytes(), nonce, v1, "ad").status().code() == Code::kInvalidArgument);
+  CHECK(open_with_nonce(f.key.bytes(), nonce, v2.substr(0, kSealOverheadNonceNotStored - 1), "ad")
+            .status()
+            .code() == Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cb::crypto

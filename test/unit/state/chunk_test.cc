@@ -49,25 +49,60 @@ TEST_CASE("seal_chunk: round trips compressible and incompressible chunks", "[st
   random.fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(noise.data()), noise.size()));
   for (const std::string& plain : {std::string(), std::string("x"), text, noise}) {
     ChunkId id = keys.chunk_id(plain);
-    std::string sealed = seal_chunk(keys, id, crypto::byte_view(plain), random);
+    std::string sealed = seal_chunk(keys, id, crypto::byte_view(plain));
     if (plain == text) CHECK(sealed.size() < plain.size() / 4);  // compressed
-    if (plain == noise) CHECK(sealed.size() == plain.size() + 1 + crypto::kSealOverhead);
+    if (plain == noise)
+      CHECK(sealed.size() == plain.size() + 1 + crypto::kSealOverheadNonceNotStored);
     auto opened = open_chunk(keys, id, sealed);
     REQUIRE(opened.ok());
     CHECK(*opened == plain);
   }
 }
 
-TEST_CASE("open_chunk: tampered, swapped, truncated or foreign chunks are kDataLoss naming the id",
+TEST_CASE("seal_chunk: deterministic, the nonce is the id's and not stored", "[state][unit]") {
+  StateKeys keys(key_from(1));
+  const std::string plain = "same bytes, same object";
+  const ChunkId id = keys.chunk_id(plain);
+  const std::string sealed = seal_chunk(keys, id, crypto::byte_view(plain));
+  CHECK(sealed == seal_chunk(keys, id, crypto::byte_view(plain)));
+  CHECK(uint8_t(sealed[0]) == crypto::kSealVersionNonceNotStored);
+  CHECK(sealed.size() == plain.size() + 1 + crypto::kSealOverheadNonceNotStored);
+  // Another user's key seals the same plaintext to other bytes under another id.
+  StateKeys other(key_from(2));
+  CHECK(seal_chunk(other, other.chunk_id(plain), crypto::byte_view(plain)) != sealed);
+}
+
+TEST_CASE("open_chunk: a version-1 chunk (random nonce stored) as earlier saves wrote it opens",
           "[state][unit]") {
   StateKeys keys(key_from(1));
   crypto::SeededRandom random(9);
+  const std::string plain = "saved before the nonce was derived from the id";
+  const ChunkId id = keys.chunk_id(plain);
+  const std::string inner = char(ChunkCodec::kStored) + plain;
+  const std::string v1 =
+      crypto::seal(keys.chunk_seal_key().bytes(), inner, chunk_additional_data(id), random);
+  REQUIRE(uint8_t(v1[0]) == crypto::kSealVersion);
+  auto opened = open_chunk(keys, id, v1);
+  REQUIRE(opened.ok());
+  CHECK(*opened == plain);
+  std::string tampered = v1;
+  tampered[5] = char(tampered[5] ^ 1);  // in the stored nonce
+  CHECK(open_chunk(keys, id, tampered).status().code() == Code::kDataLoss);
+  // The same body with the version byte of the other format does not open either.
+  std::string as_v2 = v1;
+  as_v2[0] = char(crypto::kSealVersionNonceNotStored);
+  CHECK(open_chunk(keys, id, as_v2).status().code() == Code::kDataLoss);
+}
+
+TEST_CASE("open_chunk: tampered, swapped, truncated or foreign chunks are kDataLoss naming the id",
+          "[state][unit]") {
+  StateKeys keys(key_from(1));
   const std::string plain_a = "the first chunk's bytes";
   const std::string plain_b = "the second chunk's bytes";
   ChunkId a = keys.chunk_id(plain_a);
   ChunkId b = keys.chunk_id(plain_b);
-  std::string sealed_a = seal_chunk(keys, a, crypto::byte_view(plain_a), random);
-  std::string sealed_b = seal_chunk(keys, b, crypto::byte_view(plain_b), random);
+  std::string sealed_a = seal_chunk(keys, a, crypto::byte_view(plain_a));
+  std::string sealed_b = seal_chunk(keys, b, crypto::byte_view(plain_b));
 
   auto expect_loss = [&](const Status& s, const ChunkId& id) {
     CHECK(s.code() == Code::kDataLoss);
