@@ -162,44 +162,37 @@ Result<std::unique_ptr<FsStore>> FsStore::open(const std::filesystem::path& root
   return std::unique_ptr<FsStore>(new FsStore(root, options));
 }
 
+FsStore::FsStore(std::filesystem::path root, Options options)
+    : root_(std::move(root)), options_(options) {
+  static std::atomic<uint64_t> stores{0};
+  temp_dir_ =
+      (root_ / (".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(stores.fetch_add(1))))
+          .string();
+}
+
 FsStore::~FsStore() {
   for (const Deferred& d : deferred_) ::unlink(d.temp.c_str());
+  ::rmdir(temp_dir_.c_str());  // fails, harmlessly, while a temporary is left
 }
 
 Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsync_file,
-                           std::vector<std::string>& created, std::string& temp,
-                           std::string& path) {
+                           std::string& temp, std::string& path) {
   RETURN_IF_ERROR(validate_key(key));
   path = (root_ / key).string();
-  const std::string dir = parent_of(path);
-  // The temporary is created first and the parents only when that fails with ENOENT: a save
-  // puts thousands of chunks into 256 directories that exist after the first few, and three
-  // mkdir calls per chunk that fail with EEXIST were most of its syscalls (strace -c).
-  auto create_temp = [&]() -> int {
-    for (int attempt = 0;; ++attempt) {
-      temp = dir + "/.tmp-" + pid_ + "-" + std::to_string(temp_counter_.fetch_add(1));
-      int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd >= 0 || errno != EEXIST || attempt > 100) return fd;
-    }
-  };
-  int raw = create_temp();
-  if (raw < 0 && errno == ENOENT) {
-    // Create missing parents one level at a time, remembering them to fsync their parents.
-    std::string at = root_.string();
-    std::string_view rest = key;
-    while (true) {
-      size_t slash = rest.find('/');
-      if (slash == std::string_view::npos) break;
-      at += "/";
-      at += rest.substr(0, slash);
-      rest.remove_prefix(slash + 1);
-      if (::mkdir(at.c_str(), 0700) == 0) {
-        created.push_back(at);
-      } else if (errno != EEXIST) {
-        return errno_status("mkdir " + at, errno);
+  int raw = -1;
+  // The folder is created when missing: at the first put, and again after a sync() removed
+  // it (a concurrent sync() may remove it between the mkdir and the open: try again).
+  for (int attempt = 0; raw < 0; ++attempt) {
+    temp = temp_dir_ + "/" + std::to_string(temp_counter_.fetch_add(1));
+    raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (raw >= 0 || attempt >= 8) break;
+    if (errno == ENOENT) {
+      if (::mkdir(temp_dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+        return errno_status("mkdir " + temp_dir_, errno);
       }
+    } else if (errno != EEXIST) {
+      break;
     }
-    raw = create_temp();
   }
   if (raw < 0) return errno_status("create " + temp, errno);
   Fd fd(raw);
@@ -210,12 +203,32 @@ Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsy
   return s;
 }
 
+Status FsStore::rename_into_place(const std::string& temp, const std::string& path,
+                                  std::vector<std::string>& created) {
+  if (::rename(temp.c_str(), path.c_str()) == 0) return ok_status();
+  if (errno != ENOENT) return errno_status("rename " + path, errno);
+  // The object's folder is missing (the first object under it): create the missing parents
+  // one level at a time, remembering them to fsync their parents, and try once more. A save
+  // puts thousands of chunks into 256 folders, so this runs 256 times, not per chunk.
+  const std::string root = root_.string();
+  for (size_t slash = path.find('/', root.size() + 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    const std::string at = path.substr(0, slash);
+    if (::mkdir(at.c_str(), 0700) == 0) {
+      created.push_back(at);
+    } else if (errno != EEXIST) {
+      return errno_status("mkdir " + at, errno);
+    }
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) return errno_status("rename " + path, errno);
+  return ok_status();
+}
+
 Status FsStore::put(std::string_view key, std::string_view data) {
-  std::vector<std::string> created;
   std::string temp, path;
-  RETURN_IF_ERROR(write_temp(key, data, options_.sync, created, temp, path));
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    Status s = errno_status("rename " + path, errno);
+  RETURN_IF_ERROR(write_temp(key, data, options_.sync, temp, path));
+  std::vector<std::string> created;
+  if (Status s = rename_into_place(temp, path, created); !s.ok()) {
     ::unlink(temp.c_str());
     return s;
   }
@@ -228,11 +241,8 @@ Status FsStore::put(std::string_view key, std::string_view data) {
 
 Status FsStore::put_deferred(std::string_view key, std::string_view data) {
   if (!options_.sync) return put(key, data);
-  // Directories created here become durable with the syncfs of sync(), before any rename
-  // into them.
-  std::vector<std::string> created;
   std::string temp, path;
-  RETURN_IF_ERROR(write_temp(key, data, false, created, temp, path));
+  RETURN_IF_ERROR(write_temp(key, data, false, temp, path));
   std::lock_guard lock(mu_);
   deferred_.push_back(Deferred{std::move(temp), std::move(path)});
   return ok_status();
@@ -257,15 +267,18 @@ Status FsStore::sync() {
   // 1. Every temporary's bytes (and the directories holding them) on disk: one journal
   //    commit instead of an fsync per object.
   if (::syncfs(root.get()) != 0) return fail(errno_status("syncfs " + root_.string(), errno));
-  // 2. Only then the names: an object's name never points at bytes not on disk.
+  // 2. Only then the names: an object's name never points at bytes not on disk. Folders
+  //    created for them become durable with the renames, in step 3.
+  std::vector<std::string> created;
   for (; renamed < batch.size(); ++renamed) {
     const Deferred& d = batch[renamed];
-    if (::rename(d.temp.c_str(), d.path.c_str()) != 0) {
-      return fail(errno_status("rename " + d.path, errno));
-    }
+    if (Status s = rename_into_place(d.temp, d.path, created); !s.ok()) return fail(s);
   }
   // 3. The renames themselves.
   if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
+  // The temporaries' folder grew to hold every one of them at once and ext4 never shrinks a
+  // folder: remove it when empty (it is not, harmlessly, while another put is writing).
+  ::rmdir(temp_dir_.c_str());
   return ok_status();
 }
 
@@ -330,17 +343,31 @@ Status FsStore::delete_batch(std::span<const std::string> keys) {
 }
 
 Result<size_t> FsStore::remove_temporaries() {
-  size_t removed = 0;
+  // Temporaries' folders at the root (.tmp-<pid>-<n>/), and loose .tmp-* files anywhere, which
+  // is where stores before those folders wrote their temporaries.
+  std::vector<std::filesystem::path> files, dirs;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(".tmp-", 0) == 0 && it->is_regular_file(ec)) {
-      std::error_code rm;
-      if (std::filesystem::remove(it->path(), rm)) ++removed;
+    if (it->path().filename().string().rfind(".tmp-", 0) != 0) continue;
+    if (it->is_directory(ec) && it.depth() == 0) {
+      dirs.push_back(it->path());
+      it.disable_recursion_pending();
+      for (auto f = std::filesystem::directory_iterator(it->path(), ec);
+           !ec && f != std::filesystem::directory_iterator(); f.increment(ec)) {
+        files.push_back(f->path());
+      }
+    } else if (it->is_regular_file(ec)) {
+      files.push_back(it->path());
     }
   }
   if (ec) return internal_error("remove temporaries: " + ec.message());
+  size_t removed = 0;
+  for (const auto& f : files) {
+    std::error_code rm;
+    if (std::filesystem::remove(f, rm)) ++removed;
+  }
+  for (const auto& d : dirs) ::rmdir(d.c_str());
   return removed;
 }
 

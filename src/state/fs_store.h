@@ -3,19 +3,23 @@
 // <data-dir>/store/). An object's key is its path under the root, so the fan-out of the key
 // layout (chunks/<2 hex>/<id>) is the fan-out of the directories. README.md §Filesystem store.
 //
-//   put     write <dir>/.tmp-<pid>-<n> (O_EXCL), fsync it, rename over <dir>/<name>, fsync
-//           <dir> (and every directory put created, with its parent), so an object is either
-//           absent, the old one or all of the new one, also after a power loss
+//   put     write <root>/.tmp-<pid>-<store>/<n> (O_EXCL), fsync it, rename over <dir>/<name>
+//           (creating <dir> and its missing parents), fsync <dir> (and every directory put
+//           created, with its parent), so an object is either absent, the old one or all of
+//           the new one, also after a power loss
 //   put_deferred  write the temporary without fsync and remember it; sync() then makes
 //           every one remembered before it durable with one syncfs(2), renames them into place
 //           and syncfs's again: a chunk's name never points at bytes that are not on disk,
-//           and a crash before sync() leaves only temporaries (remove_temporaries())
+//           and a crash before sync() leaves only temporaries (remove_temporaries()); the
+//           temporaries' folder is removed once empty, so the thousands of names a save
+//           held there cost no space after it (in the object folders they would, as ext4
+//           never shrinks a directory)
 //   get     read the file; stat: its size
 //   list    a sorted walk that skips subtrees before start_after and stops at the limit
 //   delete  unlink; missing files are fine; directories stay
 //
 // Files and directories are created 0600 / 0700. Names starting with '.' are never keys
-// (validate_key), so temporaries never show in list(); a crash can leave one behind, and
+// (validate_key), so temporaries never show in list(); a crash can leave some behind, and
 // remove_temporaries() deletes them (call it at start, before any put).
 //
 // Thread-safety: all methods may run on several threads and in several processes at once
@@ -62,17 +66,19 @@ class FsStore final : public Store {
   const std::filesystem::path& root() const { return root_; }
 
  private:
-  FsStore(std::filesystem::path root, Options options)
-      : root_(std::move(root)), options_(options), pid_(std::to_string(::getpid())) {}
+  FsStore(std::filesystem::path root, Options options);
 
  public:
   ~FsStore() override;  // deletes the temporaries of deferred puts never synced
 
  private:
-  // Creates the missing parents of |key| (recorded in |created|), writes |data| to a fresh
-  // temporary in its directory, closes it (fsync first if |fsync_file|); sets |temp|, |path|.
-  Status write_temp(std::string_view key, std::string_view data, bool fsync_file,
-                    std::vector<std::string>& created, std::string& temp, std::string& path);
+  // Writes |data| to a fresh temporary in temp_dir_ (created if missing) and closes it (fsync
+  // first if |fsync_file|); sets |temp| and |path|, the object's file.
+  Status write_temp(std::string_view key, std::string_view data, bool fsync_file, std::string& temp,
+                    std::string& path);
+  // Renames |temp| to |path|, creating |path|'s missing parents (recorded in |created|).
+  Status rename_into_place(const std::string& temp, const std::string& path,
+                           std::vector<std::string>& created);
 
   struct Deferred {
     std::string temp;
@@ -81,7 +87,8 @@ class FsStore final : public Store {
 
   std::filesystem::path root_;
   Options options_;
-  std::string pid_;  // of the process that opened the store: temporaries' names
+  // <root>/.tmp-<pid>-<n>: this store's temporaries, one folder per FsStore of a process.
+  std::string temp_dir_;
   std::atomic<uint64_t> temp_counter_{0};
   std::mutex mu_;
   std::vector<Deferred> deferred_;  // guarded by mu_

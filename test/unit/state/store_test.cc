@@ -140,18 +140,49 @@ TEST_CASE("FsStore: temporaries of interrupted puts are invisible and removable"
   CHECK(*store->get("u/chunks/ab/abc") == "data");
 }
 
+TEST_CASE("FsStore: a crashed process's folder of temporaries is removed with them",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  const auto crashed = dir.path() / "store/.tmp-999-0";
+  std::filesystem::create_directories(crashed);
+  { std::ofstream(crashed / "7") << "partial"; }
+  { std::ofstream(crashed / "8") << "partial"; }
+  REQUIRE(store->put("u/chunks/ab/abc", "data").ok());
+  CHECK(keys_of(*list_all(*store, "")) == std::vector<std::string>{"u/chunks/ab/abc"});
+  auto removed = store->remove_temporaries();
+  REQUIRE(removed.ok());
+  CHECK(*removed == 2);
+  CHECK(!std::filesystem::exists(crashed));
+  CHECK(*store->get("u/chunks/ab/abc") == "data");
+  // Objects are still put afterwards (the store's own folder is made again when needed).
+  REQUIRE(store->put("u/chunks/cd/cde", "more").ok());
+  CHECK(*store->get("u/chunks/cd/cde") == "more");
+}
+
 // A deferred put is a temporary until sync(): nothing names it (a crash leaves only a
 // temporary for remove_temporaries()), then sync() renames it into place; one never synced
 // is deleted with the store.
 TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state][unit]") {
   test::TempDir dir;
-  std::size_t count_temporaries = 0;
+  // Files in the store's temporaries' folders (<root>/.tmp-<pid>-<n>/).
   auto temporaries = [&] {
-    count_temporaries = 0;
+    std::size_t count = 0;
     for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
-      if (e.path().filename().string().rfind(".tmp-", 0) == 0) ++count_temporaries;
+      if (e.is_regular_file() &&
+          e.path().parent_path().filename().string().rfind(".tmp-", 0) == 0) {
+        ++count;
+      }
     }
-    return count_temporaries;
+    return count;
+  };
+  // Folders of temporaries left at the root.
+  auto temporary_folders = [&] {
+    std::size_t count = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() / "store")) {
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) ++count;
+    }
+    return count;
   };
   {
     auto store = open_store(dir);
@@ -164,6 +195,9 @@ TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state
     CHECK(temporaries() == 2);
     REQUIRE(store->sync().ok());
     CHECK(temporaries() == 0);
+    // The folder that held them is gone too: ext4 never shrinks a folder, and a save's
+    // thousands of temporaries would leave it that large.
+    CHECK(temporary_folders() == 0);
     CHECK(*store->get("u/chunks/ab/abc") == "data");
     CHECK(*store->get("u/chunks/cd/cde") == "more data");
     CHECK(keys_of(*list_all(*store, "")) ==
@@ -173,6 +207,7 @@ TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state
     CHECK(temporaries() == 1);
   }
   CHECK(temporaries() == 0);
+  CHECK(temporary_folders() == 0);
   auto store = open_store(dir);
   CHECK(store->stat("u/chunks/ef/never").status().code() == Code::kNotFound);
   CHECK(store->put_deferred("../bad", "x").code() == Code::kInvalidArgument);
