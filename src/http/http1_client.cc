@@ -116,6 +116,14 @@ asio::awaitable<Status> Http1Client::write_out(std::string data, net::Deadline d
   co_return ok_status();
 }
 
+asio::awaitable<Status> Http1Client::write_view(std::string_view data, net::Deadline deadline) {
+  auto r = co_await net::with_deadline(
+      status_as_result(stream_->write(std::span<const char>(data.data(), data.size()))), deadline,
+      "http1 write");
+  if (!r.ok()) co_return fail(r.status());
+  co_return ok_status();
+}
+
 asio::awaitable<Status> Http1Client::pump(net::Deadline deadline) {
   if (broken_ || stream_ == nullptr) co_return failed_precondition("connection is closed");
   if (!raw_.empty()) {
@@ -208,6 +216,44 @@ asio::awaitable<Status> Http1Client::write_body(std::string data, net::Deadline 
     append_chunk(out, data);
   }
   co_return co_await write_out(std::move(out), deadline);
+}
+
+asio::awaitable<Status> Http1Client::write_body_pieces(std::span<const std::string_view> pieces,
+                                                       net::Deadline deadline) {
+  // Below these sizes a copy costs less than another system call.
+  constexpr size_t kWhole = 64 * 1024;
+  constexpr size_t kDirect = 16 * 1024;
+  size_t total = 0;
+  for (std::string_view p : pieces) total += p.size();
+  if (total <= kWhole || request_framing_ != BodyFraming::kLength) {
+    std::string all;
+    all.reserve(total);
+    for (std::string_view p : pieces) all += p;
+    co_return co_await write_body(std::move(all), deadline);
+  }
+  if (broken_) co_return failed_precondition("connection is closed");
+  if (!request_open_) co_return failed_precondition("no request body is open");
+  if (total > request_remaining_)
+    co_return failed_precondition(fmt::format("{} body bytes exceed the {} left of content-length",
+                                              total, request_remaining_));
+  request_remaining_ -= total;
+  if (request_remaining_ == 0) request_open_ = false;  // the body is complete
+  std::string gathered;
+  for (std::string_view p : pieces) {
+    if (p.size() < kDirect) {
+      gathered += p;
+      continue;
+    }
+    if (!gathered.empty()) {
+      Status st = co_await write_out(std::move(gathered), deadline);
+      if (!st.ok()) co_return st;
+      gathered.clear();
+    }
+    Status st = co_await write_view(p, deadline);
+    if (!st.ok()) co_return st;
+  }
+  if (!gathered.empty()) co_return co_await write_out(std::move(gathered), deadline);
+  co_return ok_status();
 }
 
 asio::awaitable<Status> Http1Client::finish_body(Headers trailers, net::Deadline deadline) {

@@ -34,7 +34,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
 namespace cb::http {
 
@@ -83,6 +85,12 @@ class Http1Client final : private Http1ResponseVisitor {
   // Sends one piece of the body (a chunk when chunked). Errors: kFailedPrecondition (no body
   // open, or more bytes than content-length), kUnavailable, kDeadlineExceeded.
   asio::awaitable<Status> write_body(std::string data, net::Deadline deadline);
+  // Sends the body pieces |pieces| one after the other, as write_body() of their
+  // concatenation would, without copying the large ones: a body over 64 KiB with
+  // content-length framing is written piece by piece, runs of pieces under 16 KiB gathered
+  // into one write. The pieces must stay valid until it returns. Errors as write_body().
+  asio::awaitable<Status> write_body_pieces(std::span<const std::string_view> pieces,
+                                            net::Deadline deadline);
   // Ends the body; |trailers| go in the last chunk. Errors: kFailedPrecondition (no body open,
   // content-length not reached, or trailers on a body that is not chunked), kInvalidArgument
   // (bad trailer field), kUnavailable, kDeadlineExceeded.
@@ -124,6 +132,8 @@ class Http1Client final : private Http1ResponseVisitor {
 
   Status fail(Status status);
   asio::awaitable<Status> write_out(std::string data, net::Deadline deadline);
+  // As write_out() for bytes the caller keeps alive until it returns.
+  asio::awaitable<Status> write_view(std::string_view data, net::Deadline deadline);
   // Parses buffered bytes or reads more. Errors as read_head.
   asio::awaitable<Status> pump(net::Deadline deadline);
   void end_response();

@@ -202,16 +202,28 @@ asio::awaitable<Status> Client::ensure_tls() {
 
 asio::awaitable<Result<Response>> Client::call(const ModelInfo& model, const Request& request,
                                                CallOptions options) {
-  auto body = options.encoder != nullptr
-                  ? options.encoder->body(request, model, options.stream, options.encoder_unchanged)
-                  : request_body(request, model, options.stream);
-  if (!body.ok()) co_return body.status();
+  // The body as pieces: the encoder's own text (no copy of the conversation), or one string.
+  RequestEncoder::Pieces body;
+  std::string whole;
+  if (options.encoder != nullptr) {
+    auto pieces =
+        options.encoder->pieces(request, model, options.stream, options.encoder_unchanged);
+    if (!pieces.ok()) co_return pieces.status();
+    body = std::move(*pieces);
+  } else {
+    auto text = request_body(request, model, options.stream);
+    if (!text.ok()) co_return text.status();
+    whole = std::move(*text);
+    body.size = whole.size();
+    if (!whole.empty()) body.pieces.push_back(whole);
+  }
   Status tls = co_await ensure_tls();
   if (!tls.ok()) co_return tls;
   const int max_attempts = std::max(1, options.retry.max_attempts);
   for (int n = 1;; ++n) {
     Attempt state;
-    Result<Response> r = co_await attempt(model, *body, options, state);
+    const std::span<const std::string_view> pieces(body.pieces);
+    Result<Response> r = co_await attempt(model, pieces, body.size, options, state);
     if (r.ok()) {
       r->attempts = n;
       co_return r;
@@ -248,8 +260,10 @@ asio::awaitable<Result<Response>> Client::call(const ModelInfo& model, const Req
   }
 }
 
-asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const std::string& body,
-                                                  const CallOptions& options, Attempt& state) {
+asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model,
+                                                  std::span<const std::string_view> body,
+                                                  size_t body_size, const CallOptions& options,
+                                                  Attempt& state) {
   const net::Deadline deadline = options.deadline;
   auto read_deadline = [&] { return std::min(deadline, net::after(options.idle_timeout)); };
   const std::string where = endpoint_.unix_path.empty() ? endpoint_.url : endpoint_.unix_path;
@@ -271,11 +285,11 @@ asio::awaitable<Result<Response>> Client::attempt(const ModelInfo& model, const 
       owned = std::move(*conn);
     }
     http::Headers headers = request_headers(endpoint_, model, options.stream);
-    headers.push_back(http::Header{std::string("content-length"), std::to_string(body.size())});
+    headers.push_back(http::Header{std::string("content-length"), std::to_string(body_size)});
     std::string target = endpoint_.path_prefix + std::string(wire_path(model.wire));
     Status sent = co_await owned->send_head(std::string("POST"), std::move(target),
                                             std::move(headers), deadline);
-    if (sent.ok()) sent = co_await owned->write_body(body, deadline);
+    if (sent.ok()) sent = co_await owned->write_body_pieces(body, deadline);
     if (sent.ok()) break;
     owned->close();
     owned.reset();

@@ -55,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,7 +109,8 @@ struct CallOptions {
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
   RetryPolicy retry;
   // Builds the body incrementally across calls (wire.h); null: request_body() each call.
-  // Not owned; must outlive the call.
+  // The body is sent from the encoder's pieces, without copying the conversation into one
+  // string. Not owned; must outlive the call and not be used by anyone else meanwhile.
   RequestEncoder* encoder = nullptr;
   // With |encoder|: request.messages[0, n) are those of the encoder's previous call,
   // unchanged (RequestEncoder::body()'s |unchanged|).
@@ -135,8 +137,11 @@ class Client {
 
  private:
   struct Attempt;
-  asio::awaitable<Result<Response>> attempt(const ModelInfo& model, const std::string& body,
-                                            const CallOptions& options, Attempt& state);
+  // |body|: the request body as pieces written one after the other (wire.h).
+  asio::awaitable<Result<Response>> attempt(const ModelInfo& model,
+                                            std::span<const std::string_view> body,
+                                            size_t body_size, const CallOptions& options,
+                                            Attempt& state);
   asio::awaitable<Status> ensure_tls();
   // The newest idle connection young enough to reuse, or null; older ones are closed.
   std::unique_ptr<http::Http1Client> take_idle();

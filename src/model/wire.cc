@@ -734,11 +734,34 @@ bool RequestEncoder::head_matches(const Request& request, const ModelInfo& model
          request.temperature == head_request_.temperature && request.tools == head_request_.tools;
 }
 
+std::string RequestEncoder::Pieces::joined() const {
+  std::string out;
+  out.reserve(size);
+  for (std::string_view p : pieces) out += p;
+  return out;
+}
+
+void RequestEncoder::append_entry(Entry& entry, std::string_view json) {
+  entry.start = messages_.size();
+  if (!json.empty() && !messages_.empty()) messages_ += ',';
+  entry.begin = messages_.size();
+  messages_ += json;
+  entry.end = messages_.size();
+}
+
 Result<std::string> RequestEncoder::body(const Request& request, const ModelInfo& model,
                                          bool stream, size_t unchanged) {
+  ASSIGN_OR_RETURN(Pieces p, pieces(request, model, stream, unchanged));
+  return p.joined();
+}
+
+Result<RequestEncoder::Pieces> RequestEncoder::pieces(const Request& request,
+                                                      const ModelInfo& model, bool stream,
+                                                      size_t unchanged) {
   if (model.wire != wire_ || model.vision != vision_) {
     // Both change how messages are written: nothing cached still holds.
     entries_.clear();
+    messages_.clear();
     have_head_ = false;
     wire_ = model.wire;
     vision_ = model.vision;
@@ -769,37 +792,60 @@ Result<std::string> RequestEncoder::body(const Request& request, const ModelInfo
     stream_ = stream;
     have_head_ = true;
   }
-  if (entries_.size() > request.messages.size()) entries_.resize(request.messages.size());
-  size_t bytes = head_prefix_.size() + head_suffix_.size() + system_fragment_.size() + 1;
-  for (size_t i = 0; i < request.messages.size(); ++i) {
-    const Message& m = request.messages[i];
-    if (i < entries_.size() && (i < unchanged || entries_[i].message == m)) {
-      bytes += entries_[i].json.size() + 1;
-      continue;
+  // The first message that differs from its entry (or has none): everything before it is
+  // kept in messages_ as it is, and only what follows is written again.
+  const size_t n = request.messages.size();
+  size_t first = 0;
+  while (first < n && first < entries_.size() &&
+         (first < unchanged || entries_[first].message == request.messages[first]))
+    ++first;
+  if (first < entries_.size()) {
+    // A change (or fewer messages): later entries that still compare equal are reused from
+    // the old text.
+    const size_t cut = entries_[first].start;
+    std::string old = messages_.substr(cut);
+    std::vector<Entry> tail(std::make_move_iterator(entries_.begin() + first),
+                            std::make_move_iterator(entries_.end()));
+    entries_.resize(first);
+    messages_.resize(cut);
+    for (size_t i = first; i < n; ++i) {
+      const Message& m = request.messages[i];
+      const size_t k = i - first;
+      if (k < tail.size() && tail[k].message == m) {
+        const std::string_view text =
+            std::string_view(old).substr(tail[k].begin - cut, tail[k].end - tail[k].begin);
+        entries_.push_back(std::move(tail[k]));
+        append_entry(entries_.back(), text);
+        continue;
+      }
+      Result<std::string> fragment = message_fragment(m, model);
+      if (!fragment.ok()) return fragment.status();  // nothing past it is kept
+      Entry e;
+      e.message = m;
+      append_entry(e, *fragment);
+      entries_.push_back(std::move(e));
     }
-    Result<std::string> fragment = message_fragment(m, model);
-    if (!fragment.ok()) {
-      entries_.resize(i);  // nothing past a message that cannot be written is kept
-      return fragment.status();
+  } else {
+    for (size_t i = first; i < n; ++i) {
+      Result<std::string> fragment = message_fragment(request.messages[i], model);
+      if (!fragment.ok()) return fragment.status();  // nothing past it is kept
+      Entry e;
+      e.message = request.messages[i];
+      append_entry(e, *fragment);
+      entries_.push_back(std::move(e));
     }
-    if (i == entries_.size()) entries_.emplace_back();
-    entries_[i].message = m;
-    entries_[i].json = std::move(*fragment);
-    bytes += entries_[i].json.size() + 1;
   }
-  std::string out;
-  out.reserve(bytes);
-  out += head_prefix_;
-  bool first = true;
-  auto add = [&out, &first](const std::string& fragment) {
-    if (fragment.empty()) return;
-    if (!first) out += ',';
-    out += fragment;
-    first = false;
+  Pieces out;
+  auto add = [&out](std::string_view piece) {
+    if (piece.empty()) return;
+    out.pieces.push_back(piece);
+    out.size += piece.size();
   };
+  add(head_prefix_);
   add(system_fragment_);
-  for (const Entry& e : entries_) add(e.json);
-  out += head_suffix_;
+  if (!system_fragment_.empty() && !messages_.empty()) add(",");
+  add(messages_);
+  add(head_suffix_);
   return out;
 }
 

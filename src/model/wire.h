@@ -49,20 +49,40 @@ Result<nlohmann::json> anthropic_request_json(const Request& request, const Mode
 // Thread-safety: a plain value; one caller at a time. Movable and copyable.
 class RequestEncoder {
  public:
+  // The body as a few pieces of the encoder's own text that, written one after the other,
+  // are request_body() byte for byte: the head up to the messages, the system message, the
+  // messages (kept as one text that a step only appends to), the rest of the head. A
+  // sender writes them as they are instead of copying the whole conversation into one
+  // string each step (client.h). Valid until the encoder's next call or its destruction.
+  struct Pieces {
+    std::vector<std::string_view> pieces;  // none empty
+    size_t size = 0;                       // their total length
+    std::string joined() const;            // the body as one string
+  };
+
   // As request_body(). Errors: as request_body() (the cache then keeps only the messages
   // before the one that failed).
   // |unchanged|: the caller's promise that request.messages[0, unchanged) are the messages
-  // of the previous body() call, unchanged (a loop that only appended since): those are not
+  // of the previous call, unchanged (a loop that only appended since): those are not
   // compared again, which otherwise costs a pass over the whole conversation. 0: compare all.
   Result<std::string> body(const Request& request, const ModelInfo& model, bool stream,
                            size_t unchanged = 0);
+  // The same body as pieces (see Pieces), without copying the conversation.
+  Result<Pieces> pieces(const Request& request, const ModelInfo& model, bool stream,
+                        size_t unchanged = 0);
 
  private:
   struct Entry {
-    Message message;   // as it was written
-    std::string json;  // its wire message(s), comma-separated
+    Message message;  // as it was written
+    // Its wire message(s), comma-separated, are messages_[begin, end) (empty: nothing
+    // written); messages_[start, begin) is the comma before them, if any.
+    size_t start = 0;
+    size_t begin = 0;
+    size_t end = 0;
   };
   bool head_matches(const Request& request, const ModelInfo& model, bool stream) const;
+  // Appends |json| as the next entry's text to messages_.
+  void append_entry(Entry& entry, std::string_view json);
 
   Wire wire_ = Wire::kOpenAi;
   bool vision_ = false;
@@ -74,6 +94,7 @@ class RequestEncoder {
   std::string head_prefix_;      // the body up to and including the messages' '['
   std::string head_suffix_;      // from the messages' ']' to the end
   std::string system_fragment_;  // OpenAI: the system message
+  std::string messages_;         // the entries' texts, comma-separated, in order
 };
 
 // The text a model without vision sees in place of an image.

@@ -38,6 +38,8 @@ Control endpoints (plain JSON):
   GET  /_fake/requests  {"requests": [...], "remaining": n}; each request:
                         {"index", "method", "path", "wire", "headers" (names lower case),
                          "body" (parsed JSON, or null), "raw_body" (when not JSON),
+                         "body_bytes", "body_sha256": the body's length and SHA-256 (hex),
+                         so a test can check the bytes sent, not just their JSON,
                          "turn" (the scripted turn it got, or null), "status" (answered),
                          "outcome": "answered" | "refused" | "cut" | "held",
                          "client_closed": true once the client closed a held stream,
@@ -71,6 +73,7 @@ A turn (every field optional) answers the next model request:
 """
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -599,7 +602,9 @@ class Handler(BaseHTTPRequestHandler):
         record = {"method": self.command, "path": path, "wire": wire, "headers": headers,
                   "body": body, "raw_body": raw, "turn": None, "status": None,
                   "outcome": None, "client_closed": False, "t_accept": self.t_accept,
-                  "t_done": None, "conn": self.conn_no, "conn_closed": False}
+                  "t_done": None, "conn": self.conn_no, "conn_closed": False,
+                  "body_bytes": len(body_bytes),
+                  "body_sha256": hashlib.sha256(body_bytes).hexdigest()}
         with STATE.lock:
             record["index"] = len(STATE.requests)
             STATE.requests.append(record)

@@ -2,6 +2,7 @@
 // gateway that speaks both wires (the only kind of fake the project allows). Each case starts
 // its own fake on 127.0.0.1 port 0 (or a unix socket) and stops it at the end.
 
+#include "crypto/hash.h"
 #include "model/client.h"
 #include "model/wire.h"
 #include "support/fake_gateway.h"
@@ -539,6 +540,73 @@ TEST_CASE("Client: keeps the connection between calls, and dials again when the 
   CHECK(reqs[2]["conn"] != reqs[1]["conn"]);  // the closed one was dialled again
   CHECK(reqs[3]["conn"] == reqs[2]["conn"]);  // a JSON answer keeps it too
   CHECK(reqs[4]["conn"] == reqs[2]["conn"]);
+}
+
+TEST_CASE(
+    "Client: a body sent from the encoder's pieces is request_body byte for byte on both wires",
+    "[model][integration]") {
+  test::TempDir dir;
+  std::string path = dir.file("model.sock").string();
+  test::FakeGateway gw(path);
+  REQUIRE(gw.error().empty());
+  const Wire wire = GENERATE(Wire::kOpenAi, Wire::kAnthropic);
+  // Three calls of a conversation that grows past 64 KiB (sent piece by piece), as the loop
+  // makes them: each appends a tool call and its result.
+  constexpr int kCalls = 3;
+  json script = json::array();
+  for (int i = 0; i < kCalls; ++i) script.push_back(turn(wire, {{"text", "ok"}}));
+  REQUIRE(gw.set_script(script).ok());
+  const Endpoint ep = endpoint_of(gw);
+  const ModelInfo model = model_for(wire);
+  std::vector<Request> requests;
+  std::vector<std::string> want;
+  Request request = hello();
+  for (int i = 0; i < kCalls; ++i) {
+    for (int k = 0; k < 200; ++k) {
+      const std::string id = "call_" + std::to_string(i) + "_" + std::to_string(k);
+      request.messages.push_back(
+          Message::assistant({Part::tool_call_part(id, "ls", "{\"path\":\".\"}")}));
+      request.messages.push_back(Message::user({Part::tool_result_part(
+          id, {Part::text_part(std::string(300, static_cast<char>('a' + k % 26)))})}));
+    }
+    requests.push_back(request);
+    auto body = request_body(request, model, true);
+    REQUIRE(body.ok());
+    want.push_back(*body);
+  }
+  std::vector<Result<Response>> results;
+  asio::io_context io;
+  auto task = [&]() -> asio::awaitable<void> {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    Client client(io.get_executor(), ep);
+    RequestEncoder encoder;
+    size_t unchanged = 0;
+    for (const Request& r : requests) {
+      CallOptions o;
+      o.retry.max_attempts = 1;
+      o.encoder = &encoder;
+      o.encoder_unchanged = unchanged;
+      unchanged = r.messages.size();
+      Result<Response> got = co_await client.call(model, r, o);
+      results.push_back(std::move(got));
+    }
+  };
+  test::run_sync(io, task());
+  REQUIRE(results.size() == kCalls);
+  json reqs = requests_of(gw);
+  REQUIRE(reqs.size() == kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    INFO(i << ": " << results[i].status().to_string());
+    REQUIRE(results[i].ok());
+    CHECK(results[i]->message.text() == "ok");
+    CHECK(want[i].size() > 64 * 1024);
+    CHECK(reqs[i]["body_bytes"] == want[i].size());
+    const crypto::Sha256Digest digest = crypto::sha256(want[i]);
+    std::string hex;
+    for (uint8_t b : digest) hex += fmt::format("{:02x}", b);
+    CHECK(reqs[i]["body_sha256"] == hex);
+  }
+  CHECK(reqs[kCalls - 1]["conn"] == reqs[0]["conn"]);  // one kept connection throughout
 }
 
 }  // namespace

@@ -530,5 +530,63 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "RequestEncoder: pieces are request_body byte for byte, and a step that appends keeps the "
+    "messages' text and only adds to it",
+    "[model][unit]") {
+  for (const ModelInfo& m : {ModelInfo{"gpt-4o", Wire::kOpenAi, true, 128000},
+                             ModelInfo{"gpt-4o-mini", Wire::kOpenAi, false, 128000},
+                             ModelInfo{"claude-sonnet-4-5", Wire::kAnthropic, true, 200000}}) {
+    for (bool with_system : {true, false}) {
+      INFO(m.name << " system " << with_system);
+      RequestEncoder enc;
+      Request r = tool_round_trip();
+      if (!with_system) r.system.clear();
+      auto check = [&](size_t unchanged) -> std::string {
+        auto want = request_body(r, m, true);
+        REQUIRE(want.ok());
+        auto got = enc.pieces(r, m, true, unchanged);
+        REQUIRE(got.ok());
+        size_t total = 0;
+        for (std::string_view p : got->pieces) {
+          CHECK_FALSE(p.empty());
+          total += p.size();
+        }
+        CHECK(total == got->size);
+        CHECK(got->joined() == *want);
+        // The messages are one piece (the longest once the conversation is long).
+        std::string_view longest;
+        for (std::string_view p : got->pieces)
+          if (p.size() > longest.size()) longest = p;
+        return std::string(longest);
+      };
+      std::string before = check(0);
+      for (int step = 0; step < 200; ++step) {
+        const size_t unchanged = r.messages.size();
+        const std::string id = "call_" + std::to_string(step + 2);
+        r.messages.push_back(Message::assistant({Part::tool_call_part(id, "ls", "{}")}));
+        r.messages.push_back(
+            Message::user({Part::tool_result_part(id, {Part::text_part(std::string(300, 'x'))})}));
+        std::string after = check(unchanged);
+        if (step > 0) {
+          REQUIRE(after.size() > before.size());
+          CHECK(after.compare(0, before.size(), before) == 0);
+        }
+        before = std::move(after);
+      }
+      // A change in the middle, then fewer messages: later equal messages are kept, and the
+      // result is still byte for byte.
+      r.messages[0].parts[0].text = "changed";
+      check(0);
+      r.messages.erase(r.messages.begin() + 1, r.messages.begin() + 5);
+      check(0);
+      r.messages.resize(2);
+      check(0);
+      r.messages.clear();
+      check(0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cb::model
