@@ -26,6 +26,8 @@ const std::string_view kDefaultSystemPrompt =
 namespace {
 
 constexpr int kEventBatch = 200;
+// Events kept in memory for subscribers that are caught up (recent_events_).
+constexpr size_t kMaxRecentEvents = 256;
 constexpr size_t kMaxQueuedDeltas = 1000;
 // Agents whose request encoder (model/wire.h) is kept between turns; 8 is more than a box
 // runs at once.
@@ -508,7 +510,7 @@ void AgentsService::append_later(PendingWrites& pending, const std::string& agen
         --pending.outstanding;
         if (rows.ok()) {
           remember(agent_id, *rows);
-          notify();
+          notify_items(*rows);
         } else if (pending.first_error.ok()) {
           pending.first_error = rows.status();
         }
@@ -525,10 +527,44 @@ asio::awaitable<Status> AgentsService::drain(PendingWrites& pending) {
 }
 
 void AgentsService::notify() {
+  recent_events_.clear();
   for (Subscriber* s : subscribers_) {
     s->pending = true;
     s->wake.cancel();
   }
+}
+
+void AgentsService::notify_items(std::span<const ItemRow> rows) {
+  // Commits reach this executor in the order the worker made them, and callers come here
+  // right after theirs: the events kept stay those of agent.db, in order, without a gap
+  // (an event id that does not follow on starts the list again).
+  for (const ItemRow& row : rows) {
+    if (!recent_events_.empty() && row.event_id != recent_events_.back().id + 1)
+      recent_events_.clear();
+    EventRow ev;
+    ev.id = row.event_id;
+    ev.channel = "transcript";
+    ev.agent_id = row.agent_id;
+    ev.item = row;
+    recent_events_.push_back(std::move(ev));
+    if (recent_events_.size() > kMaxRecentEvents) recent_events_.pop_front();
+  }
+  for (Subscriber* s : subscribers_) {
+    s->pending = true;
+    s->wake.cancel();
+  }
+}
+
+std::optional<std::vector<EventRow>> AgentsService::recent_events_after(int64_t offset,
+                                                                        size_t limit) const {
+  if (recent_events_.empty() || offset + 1 < recent_events_.front().id ||
+      offset > recent_events_.back().id)
+    return std::nullopt;
+  std::vector<EventRow> out;
+  for (size_t i = static_cast<size_t>(offset + 1 - recent_events_.front().id);
+       i < recent_events_.size() && out.size() < limit; ++i)
+    out.push_back(recent_events_[i]);
+  return out;
 }
 
 void AgentsService::publish_delta(const std::string& agent_id, const std::string& turn_id,
@@ -807,7 +843,7 @@ asio::awaitable<Result<ItemRow>> AgentsService::append(const std::string& agent_
       [&](db::Database& d) { return append_item(d, agent_id, turn_id, role, kind, payload, now); });
   if (item.ok()) {
     remember(agent_id, std::span<const ItemRow>(&*item, 1));
-    notify();
+    notify_items(std::span<const ItemRow>(&*item, 1));
   }
   co_return item;
 }
@@ -1126,7 +1162,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
             [&](db::Database& d) { return append_items(d, agent_id, turn_id, step_items, now); });
         if (!rows.ok()) co_return rows.status();
         remember(agent_id, *rows);
-        notify();
+        notify_items(*rows);
       }
       request.messages.push_back(std::move(resp->message));
       if (calls.empty()) co_return ok_status();
@@ -1257,8 +1293,16 @@ asio::awaitable<Status> AgentsService::events(grpc::CallContext& ctx, pb::Events
   int64_t offset_sent = offset;
   while (true) {
     sub.pending = false;
-    auto rows = co_await db_.run(
-        [offset](db::Database& d) { return events_after(d, offset, kEventBatch); });
+    // Caught up with the events kept in memory: no read of agent.db.
+    std::optional<std::vector<EventRow>> recent =
+        recent_events_after(offset, static_cast<size_t>(kEventBatch));
+    Result<std::vector<EventRow>> rows = std::vector<EventRow>();
+    if (recent) {
+      rows = std::move(*recent);
+    } else {
+      rows = co_await db_.run(
+          [offset](db::Database& d) { return events_after(d, offset, kEventBatch); });
+    }
     if (!rows.ok()) co_return rows.status();
     for (const EventRow& row : *rows) {
       offset = row.id;

@@ -33,6 +33,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -214,7 +215,15 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
                     std::vector<NewItem> items);
   // Waits until every write of |pending| is committed; the first failure, if any.
   asio::awaitable<Status> drain(PendingWrites& pending);
+  // Wakes the Events subscribers after a commit whose events are not known here: the next
+  // read of each goes to agent.db (recent_events_ is emptied).
   void notify();
+  // The same after a commit of transcript items |rows| (in event order): their events are
+  // kept in recent_events_, so subscribers that have read up to them need no read of agent.db.
+  void notify_items(std::span<const ItemRow> rows);
+  // The events after |offset| (at most |limit|) when recent_events_ holds them all, else
+  // nullopt (the caller reads agent.db).
+  std::optional<std::vector<EventRow>> recent_events_after(int64_t offset, size_t limit) const;
   void publish_delta(const std::string& agent_id, const std::string& turn_id,
                      const std::string& text);
   std::string new_id(std::string_view prefix);
@@ -229,6 +238,9 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   crypto::Random& random_;
   std::map<std::string, std::shared_ptr<Running>> running_;  // by agent id
   std::list<Subscriber*> subscribers_;
+  // The latest transcript events this service committed and knows in full, ids contiguous
+  // (README.md §Agents, "Events"); at most kMaxRecentEvents.
+  std::deque<EventRow> recent_events_;
   std::map<std::string, std::unique_ptr<model::RequestEncoder>> encoders_;  // by agent id
   std::map<std::string, TranscriptConversation> conversations_;             // by agent id
   // Shared by every loop, so its kept-alive connections to the model door serve all steps.

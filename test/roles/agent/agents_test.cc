@@ -1916,4 +1916,61 @@ TEST_CASE(
   CHECK(a_transcript[3].item().seq() + 1 == a_transcript[4].item().seq());
 }
 
+TEST_CASE(
+    "Session.Events: a subscriber kept caught up through a turn gets, byte for byte, what a "
+    "read of agent.db from the start gives",
+    "[agent][agents][integration]") {
+  Setup s;
+  s.deliver();
+  cb::test::FakeGateway gw(s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  // Read-only calls (their records commit while they run) between shell calls (committed
+  // first), so events known in memory and events read from agent.db alternate.
+  json script = json::array();
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    script.push_back({{"wire", "openai"},
+                      {"tool_calls",
+                       {{{"id", "r" + n}, {"name", "list_dir"}, {"arguments", {{"path", "."}}}}}}});
+    script.push_back(shell_call("openai", "s" + n, "echo " + n));
+  }
+  script.push_back({{"wire", "openai"}, {"text", "all done"}});
+  REQUIRE(gw.set_script(script).ok());
+  std::vector<v1::Event> live;
+  std::vector<v1::Event> replayed;
+  bool sent = false;
+  with_agent(config_for(s, gw, model::Wire::kOpenAi), [&](Agent& agent) -> asio::awaitable<void> {
+    using namespace asio::experimental::awaitable_operators;
+    auto channel = channel_to(agent, co_await asio::this_coro::executor);
+    auto a = co_await create_agent_with(channel, s.credential(), v1::APPROVAL_AUTO);
+    if (!a.ok()) co_return;
+    const std::string id = a->id();
+    auto turn_done = [](const v1::Event& ev) {
+      return ev.has_agent() && ev.agent().has_last_turn() &&
+             ev.agent().last_turn().state() == v1::TURN_DONE;
+    };
+    auto drive = [&]() -> asio::awaitable<bool> {
+      auto r = co_await send_and_wait(channel, s.credential(), id, "go");
+      co_return r.ok();
+    };
+    std::vector<std::string> all;
+    auto [events, driven] =
+        co_await (read_until(channel, s.credential(), all, std::string(), turn_done) && drive());
+    live = std::move(events);
+    sent = driven;
+    // A new subscriber from offset 0 is far behind what is kept in memory: agent.db.
+    replayed = co_await read_until(channel, s.credential(), all, std::string(), turn_done);
+    channel->close();
+  });
+  REQUIRE(sent);
+  // created, running, the prompt, 3 x (list_dir call and result, shell call and result), the
+  // answer, done.
+  REQUIRE(replayed.size() == 17);
+  std::vector<std::string> want;
+  for (const auto& ev : replayed) want.push_back(ev.SerializeAsString());
+  std::vector<std::string> got;
+  for (const auto& ev : live) got.push_back(ev.SerializeAsString());
+  CHECK(got == want);
+}
+
 }  // namespace cb::agent
