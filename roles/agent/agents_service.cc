@@ -499,6 +499,7 @@ void AgentsService::remember(const std::string& agent_id, std::span<const ItemRo
 void AgentsService::append_later(PendingWrites& pending, const std::string& agent_id,
                                  const std::string& turn_id, std::vector<NewItem> items) {
   ++pending.outstanding;
+  ++writes_in_flight_;
   const int64_t now = now_ms();
   // The worker runs functions in submission order, so this commits before anything the loop
   // writes later; the handler runs on our executor (|pending| lives until drain() saw it).
@@ -508,6 +509,7 @@ void AgentsService::append_later(PendingWrites& pending, const std::string& agen
       },
       asio::bind_executor(executor_, [this, &pending, agent_id](Result<std::vector<ItemRow>> rows) {
         --pending.outstanding;
+        --writes_in_flight_;
         if (rows.ok()) {
           remember(agent_id, *rows);
           notify_items(*rows);
@@ -557,7 +559,10 @@ void AgentsService::notify_items(std::span<const ItemRow> rows) {
 
 std::optional<std::vector<EventRow>> AgentsService::recent_events_after(int64_t offset,
                                                                         size_t limit) const {
-  if (recent_events_.empty() || offset + 1 < recent_events_.front().id ||
+  // A write the loop did not wait for (a tool result) may hold events that come before the
+  // deltas queued since (the next model call's): read agent.db then, which the worker serves
+  // after that write, so the subscriber sends its events before those deltas.
+  if (writes_in_flight_ > 0 || recent_events_.empty() || offset + 1 < recent_events_.front().id ||
       offset > recent_events_.back().id)
     return std::nullopt;
   std::vector<EventRow> out;

@@ -221,8 +221,8 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   // The same after a commit of transcript items |rows| (in event order): their events are
   // kept in recent_events_, so subscribers that have read up to them need no read of agent.db.
   void notify_items(std::span<const ItemRow> rows);
-  // The events after |offset| (at most |limit|) when recent_events_ holds them all, else
-  // nullopt (the caller reads agent.db).
+  // The events after |offset| (at most |limit|) when recent_events_ holds them all and no
+  // write is in flight, else nullopt (the caller reads agent.db).
   std::optional<std::vector<EventRow>> recent_events_after(int64_t offset, size_t limit) const;
   void publish_delta(const std::string& agent_id, const std::string& turn_id,
                      const std::string& text);
@@ -241,6 +241,8 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   // The latest transcript events this service committed and knows in full, ids contiguous
   // (README.md §Agents, "Events"); at most kMaxRecentEvents.
   std::deque<EventRow> recent_events_;
+  // Writes append_later() handed to the db worker whose result has not come back yet.
+  int writes_in_flight_ = 0;
   std::map<std::string, std::unique_ptr<model::RequestEncoder>> encoders_;  // by agent id
   std::map<std::string, TranscriptConversation> conversations_;             // by agent id
   // Shared by every loop, so its kept-alive connections to the model door serve all steps.
