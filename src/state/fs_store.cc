@@ -172,7 +172,19 @@ FsStore::FsStore(std::filesystem::path root, Options options)
 
 FsStore::~FsStore() {
   for (const Deferred& d : deferred_) ::unlink(d.temp.c_str());
-  ::rmdir(temp_dir_.c_str());  // fails, harmlessly, while a temporary is left
+  remove_temp_dir();
+}
+
+std::string FsStore::temp_bucket(uint64_t n) const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  static_assert(kTempFanOut <= 16);
+  return temp_dir_ + "/" + kHex[n % kTempFanOut];
+}
+
+void FsStore::remove_temp_dir() {
+  // Each rmdir fails, harmlessly, while a temporary is left in that folder.
+  for (uint64_t b = 0; b < kTempFanOut; ++b) ::rmdir(temp_bucket(b).c_str());
+  ::rmdir(temp_dir_.c_str());
 }
 
 Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsync_file,
@@ -180,15 +192,20 @@ Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsy
   RETURN_IF_ERROR(validate_key(key));
   path = (root_ / key).string();
   int raw = -1;
-  // The folder is created when missing: at the first put, and again after a sync() removed
-  // it (a concurrent sync() may remove it between the mkdir and the open: try again).
+  // The folders are created when missing: at the first put, and again after a sync()
+  // removed them (a concurrent sync() may remove one between the mkdir and the open: try
+  // again).
+  const uint64_t first = temp_counter_.fetch_add(1);
+  const std::string bucket = temp_bucket(first);
   for (int attempt = 0; raw < 0; ++attempt) {
-    temp = temp_dir_ + "/" + std::to_string(temp_counter_.fetch_add(1));
+    temp = bucket + "/" + std::to_string(attempt == 0 ? first : temp_counter_.fetch_add(1));
     raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (raw >= 0 || attempt >= 8) break;
     if (errno == ENOENT) {
-      if (::mkdir(temp_dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-        return errno_status("mkdir " + temp_dir_, errno);
+      for (const std::string& dir : {temp_dir_, bucket}) {
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+          return errno_status("mkdir " + dir, errno);
+        }
       }
     } else if (errno != EEXIST) {
       break;
@@ -278,7 +295,7 @@ Status FsStore::sync() {
   if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
   // The temporaries' folder grew to hold every one of them at once and ext4 never shrinks a
   // folder: remove it when empty (it is not, harmlessly, while another put is writing).
-  ::rmdir(temp_dir_.c_str());
+  remove_temp_dir();
   return ok_status();
 }
 
@@ -343,19 +360,19 @@ Status FsStore::delete_batch(std::span<const std::string> keys) {
 }
 
 Result<size_t> FsStore::remove_temporaries() {
-  // Temporaries' folders at the root (.tmp-<pid>-<n>/), and loose .tmp-* files anywhere, which
-  // is where stores before those folders wrote their temporaries.
+  // Temporaries' folders at the root (.tmp-<pid>-<n>/<bucket>/), and loose .tmp-* files
+  // anywhere, which is where stores before those folders wrote their temporaries.
   std::vector<std::filesystem::path> files, dirs;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (it->path().filename().string().rfind(".tmp-", 0) != 0) continue;
     if (it->is_directory(ec) && it.depth() == 0) {
-      dirs.push_back(it->path());
       it.disable_recursion_pending();
-      for (auto f = std::filesystem::directory_iterator(it->path(), ec);
-           !ec && f != std::filesystem::directory_iterator(); f.increment(ec)) {
-        files.push_back(f->path());
+      dirs.push_back(it->path());
+      for (auto below = std::filesystem::recursive_directory_iterator(it->path(), ec);
+           !ec && below != std::filesystem::recursive_directory_iterator(); below.increment(ec)) {
+        (below->is_directory(ec) ? dirs : files).push_back(below->path());
       }
     } else if (it->is_regular_file(ec)) {
       files.push_back(it->path());
@@ -367,6 +384,9 @@ Result<size_t> FsStore::remove_temporaries() {
     std::error_code rm;
     if (std::filesystem::remove(f, rm)) ++removed;
   }
+  // Deepest first: a bucket before its folder.
+  std::sort(dirs.begin(), dirs.end(),
+            [](const auto& a, const auto& b) { return a.native().size() > b.native().size(); });
   for (const auto& d : dirs) ::rmdir(d.c_str());
   return removed;
 }

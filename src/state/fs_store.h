@@ -3,10 +3,10 @@
 // <data-dir>/store/). An object's key is its path under the root, so the fan-out of the key
 // layout (chunks/<2 hex>/<id>) is the fan-out of the directories. README.md §Filesystem store.
 //
-//   put     write <root>/.tmp-<pid>-<store>/<n> (O_EXCL), fsync it, rename over <dir>/<name>
-//           (creating <dir> and its missing parents), fsync <dir> (and every directory put
-//           created, with its parent), so an object is either absent, the old one or all of
-//           the new one, also after a power loss
+//   put     write <root>/.tmp-<pid>-<store>/<n % 16>/<n> (O_EXCL), fsync it, rename over
+//           <dir>/<name> (creating <dir> and its missing parents), fsync <dir> (and every
+//           directory put created, with its parent), so an object is either absent, the old
+//           one or all of the new one, also after a power loss
 //   put_deferred  write the temporary without fsync and remember it; sync() then makes
 //           every one remembered before it durable with one syncfs(2), renames them into place
 //           and syncfs's again: a chunk's name never points at bytes that are not on disk,
@@ -87,7 +87,12 @@ class FsStore final : public Store {
 
   std::filesystem::path root_;
   Options options_;
-  // <root>/.tmp-<pid>-<n>: this store's temporaries, one folder per FsStore of a process.
+  // <root>/.tmp-<pid>-<n>: this store's temporaries, one folder per FsStore of a process, in
+  // kTempFanOut buckets: with every temporary of a save in one folder, the put threads'
+  // creates queued on that folder's lock (perf: 5.7 % of a first save in rwsem_spin_on_owner).
+  static constexpr uint64_t kTempFanOut = 16;
+  std::string temp_bucket(uint64_t n) const;  // temp_dir_/<hex digit of n % kTempFanOut>
+  void remove_temp_dir();                     // the buckets and the folder, when empty
   std::string temp_dir_;
   std::atomic<uint64_t> temp_counter_{0};
   std::mutex mu_;

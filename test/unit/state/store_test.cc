@@ -145,9 +145,10 @@ TEST_CASE("FsStore: a crashed process's folder of temporaries is removed with th
   test::TempDir dir;
   auto store = open_store(dir);
   const auto crashed = dir.path() / "store/.tmp-999-0";
-  std::filesystem::create_directories(crashed);
-  { std::ofstream(crashed / "7") << "partial"; }
-  { std::ofstream(crashed / "8") << "partial"; }
+  std::filesystem::create_directories(crashed / "7");
+  std::filesystem::create_directories(crashed / "8");
+  { std::ofstream(crashed / "7/7") << "partial"; }
+  { std::ofstream(crashed / "8/24") << "partial"; }
   REQUIRE(store->put("u/chunks/ab/abc", "data").ok());
   CHECK(keys_of(*list_all(*store, "")) == std::vector<std::string>{"u/chunks/ab/abc"});
   auto removed = store->remove_temporaries();
@@ -165,14 +166,12 @@ TEST_CASE("FsStore: a crashed process's folder of temporaries is removed with th
 // is deleted with the store.
 TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state][unit]") {
   test::TempDir dir;
-  // Files in the store's temporaries' folders (<root>/.tmp-<pid>-<n>/).
+  // Files in the store's temporaries' folders (<root>/.tmp-<pid>-<n>/<bucket>/).
   auto temporaries = [&] {
     std::size_t count = 0;
     for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
-      if (e.is_regular_file() &&
-          e.path().parent_path().filename().string().rfind(".tmp-", 0) == 0) {
-        ++count;
-      }
+      const std::string under = e.path().lexically_relative(dir.path() / "store").string();
+      if (e.is_regular_file() && under.rfind(".tmp-", 0) == 0) ++count;
     }
     return count;
   };
