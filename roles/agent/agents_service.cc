@@ -511,8 +511,7 @@ void AgentsService::append_later(PendingWrites& pending, const std::string& agen
         --pending.outstanding;
         --writes_in_flight_;
         if (rows.ok()) {
-          remember(agent_id, *rows);
-          notify_items(*rows);
+          committed(agent_id, *rows);
         } else if (pending.first_error.ok()) {
           pending.first_error = rows.status();
         }
@@ -530,10 +529,19 @@ asio::awaitable<Status> AgentsService::drain(PendingWrites& pending) {
 
 void AgentsService::notify() {
   recent_events_.clear();
+  wake_subscribers();
+}
+
+void AgentsService::wake_subscribers() {
   for (Subscriber* s : subscribers_) {
     s->pending = true;
     s->wake.cancel();
   }
+}
+
+void AgentsService::committed(const std::string& agent_id, std::span<const ItemRow> rows) {
+  remember(agent_id, rows);
+  notify_items(rows);
 }
 
 void AgentsService::notify_items(std::span<const ItemRow> rows) {
@@ -551,10 +559,7 @@ void AgentsService::notify_items(std::span<const ItemRow> rows) {
     recent_events_.push_back(std::move(ev));
     if (recent_events_.size() > kMaxRecentEvents) recent_events_.pop_front();
   }
-  for (Subscriber* s : subscribers_) {
-    s->pending = true;
-    s->wake.cancel();
-  }
+  wake_subscribers();
 }
 
 std::optional<std::vector<EventRow>> AgentsService::recent_events_after(int64_t offset,
@@ -846,10 +851,7 @@ asio::awaitable<Result<ItemRow>> AgentsService::append(const std::string& agent_
   const int64_t now = now_ms();
   auto item = co_await db_.run(
       [&](db::Database& d) { return append_item(d, agent_id, turn_id, role, kind, payload, now); });
-  if (item.ok()) {
-    remember(agent_id, std::span<const ItemRow>(&*item, 1));
-    notify_items(std::span<const ItemRow>(&*item, 1));
-  }
+  if (item.ok()) committed(agent_id, std::span<const ItemRow>(&*item, 1));
   co_return item;
 }
 
@@ -1166,8 +1168,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         auto rows = co_await db_.run(
             [&](db::Database& d) { return append_items(d, agent_id, turn_id, step_items, now); });
         if (!rows.ok()) co_return rows.status();
-        remember(agent_id, *rows);
-        notify_items(*rows);
+        committed(agent_id, *rows);
       }
       request.messages.push_back(std::move(resp->message));
       if (calls.empty()) co_return ok_status();

@@ -224,6 +224,10 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
   // The events after |offset| (at most |limit|) when recent_events_ holds them all and no
   // write is in flight, else nullopt (the caller reads agent.db).
   std::optional<std::vector<EventRow>> recent_events_after(int64_t offset, size_t limit) const;
+  // Marks every Events subscriber pending and wakes it.
+  void wake_subscribers();
+  // After a commit of |agent_id|'s items |rows|: remember() and notify_items().
+  void committed(const std::string& agent_id, std::span<const ItemRow> rows);
   void publish_delta(const std::string& agent_id, const std::string& turn_id,
                      const std::string& text);
   std::string new_id(std::string_view prefix);

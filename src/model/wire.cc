@@ -799,41 +799,35 @@ Result<RequestEncoder::Pieces> RequestEncoder::pieces(const Request& request,
   while (first < n && first < entries_.size() &&
          (first < unchanged || entries_[first].message == request.messages[first]))
     ++first;
+  // After a change (or with fewer messages), the entries from |first| on move to |tail| and
+  // their text to |old|: those that still compare equal are reused from it.
+  std::vector<Entry> tail;
+  std::string old;
+  size_t cut = messages_.size();
   if (first < entries_.size()) {
-    // A change (or fewer messages): later entries that still compare equal are reused from
-    // the old text.
-    const size_t cut = entries_[first].start;
-    std::string old = messages_.substr(cut);
-    std::vector<Entry> tail(std::make_move_iterator(entries_.begin() + first),
-                            std::make_move_iterator(entries_.end()));
+    cut = entries_[first].start;
+    old = messages_.substr(cut);
+    tail.assign(std::make_move_iterator(entries_.begin() + first),
+                std::make_move_iterator(entries_.end()));
     entries_.resize(first);
     messages_.resize(cut);
-    for (size_t i = first; i < n; ++i) {
-      const Message& m = request.messages[i];
-      const size_t k = i - first;
-      if (k < tail.size() && tail[k].message == m) {
-        const std::string_view text =
-            std::string_view(old).substr(tail[k].begin - cut, tail[k].end - tail[k].begin);
-        entries_.push_back(std::move(tail[k]));
-        append_entry(entries_.back(), text);
-        continue;
-      }
-      Result<std::string> fragment = message_fragment(m, model);
-      if (!fragment.ok()) return fragment.status();  // nothing past it is kept
-      Entry e;
-      e.message = m;
-      append_entry(e, *fragment);
-      entries_.push_back(std::move(e));
+  }
+  for (size_t i = first; i < n; ++i) {
+    const Message& m = request.messages[i];
+    const size_t k = i - first;
+    if (k < tail.size() && tail[k].message == m) {
+      const std::string_view text =
+          std::string_view(old).substr(tail[k].begin - cut, tail[k].end - tail[k].begin);
+      entries_.push_back(std::move(tail[k]));
+      append_entry(entries_.back(), text);
+      continue;
     }
-  } else {
-    for (size_t i = first; i < n; ++i) {
-      Result<std::string> fragment = message_fragment(request.messages[i], model);
-      if (!fragment.ok()) return fragment.status();  // nothing past it is kept
-      Entry e;
-      e.message = request.messages[i];
-      append_entry(e, *fragment);
-      entries_.push_back(std::move(e));
-    }
+    Result<std::string> fragment = message_fragment(m, model);
+    if (!fragment.ok()) return fragment.status();  // nothing past it is kept
+    Entry e;
+    e.message = m;
+    append_entry(e, *fragment);
+    entries_.push_back(std::move(e));
   }
   Pieces out;
   auto add = [&out](std::string_view piece) {
