@@ -24,16 +24,13 @@ std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const
                        int zstd_level) {
   CB_CHECK(plaintext.size() <= kMaxChunkSize);
   const std::string_view data = crypto::char_view(plaintext);
-  std::string compressed = internal::zstd_compress(data, zstd_level);
-  std::string inner;
-  if (compressed.size() < data.size()) {
-    inner.reserve(1 + compressed.size());
-    inner += char(ChunkCodec::kZstd);
-    inner += compressed;
-  } else {
-    inner.reserve(1 + data.size());
-    inner += char(ChunkCodec::kStored);
-    inner += data;
+  // Compressed straight after the codec byte; stored instead unless that is smaller.
+  std::string inner(1, char(ChunkCodec::kZstdMagicless));
+  const size_t frame =
+      internal::zstd_compress_append(data, zstd_level, internal::ZstdFrame::kMagicless, inner);
+  if (frame >= data.size()) {
+    inner.assign(1, char(ChunkCodec::kStored));
+    inner.append(data);
   }
   return crypto::seal_with_nonce(keys.chunk_seal_key().bytes(), chunk_nonce(id), inner,
                                  chunk_additional_data(id));
@@ -59,8 +56,11 @@ Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::st
   std::string plaintext;
   if (codec == uint8_t(ChunkCodec::kStored)) {
     plaintext.assign(body);
-  } else if (codec == uint8_t(ChunkCodec::kZstd)) {
-    auto out = internal::zstd_decompress(body, kMaxChunkSize, what);
+  } else if (codec == uint8_t(ChunkCodec::kZstd) || codec == uint8_t(ChunkCodec::kZstdMagicless)) {
+    auto out = internal::zstd_decompress(body, kMaxChunkSize, what,
+                                         codec == uint8_t(ChunkCodec::kZstd)
+                                             ? internal::ZstdFrame::kStandard
+                                             : internal::ZstdFrame::kMagicless);
     if (!out.ok()) return out.status();
     plaintext = std::move(out).value();
   } else {

@@ -24,8 +24,9 @@ inline constexpr size_t kMaxChunkSize = 64u * 1024 * 1024;
 // zstd level for chunks: 3 is zstd's default; see docs/benchmarks.md "state: chunking".
 inline constexpr int kChunkZstdLevel = 3;
 
-// Codec byte at the start of the sealed plaintext (README.md §Chunk object).
-enum class ChunkCodec : uint8_t { kStored = 0, kZstd = 1 };
+// Codec byte at the start of the sealed plaintext (README.md §Chunk object). Saves write
+// kStored or kZstdMagicless; kZstd is what earlier saves wrote, and still opens.
+enum class ChunkCodec : uint8_t { kStored = 0, kZstd = 1, kZstdMagicless = 2 };
 
 // The sealed object for the chunk |plaintext| whose id is |id|.
 // REQUIRES: id == keys.chunk_id(plaintext) and plaintext.size() <= kMaxChunkSize.

@@ -1,6 +1,9 @@
 #include "base/check.h"
 #include "state/zstd_internal.h"
 
+// ZSTD_c_format / ZSTD_d_format and ZSTD_getFrameHeader_advanced (magicless frames) are in
+// zstd's static-linking API; the binary links libzstd statically.
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include <memory>
@@ -14,22 +17,42 @@ struct CctxDeleter {
 struct DctxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
+
+ZSTD_format_e zstd_format(ZstdFrame format) {
+  return format == ZstdFrame::kMagicless ? ZSTD_f_zstd1_magicless : ZSTD_f_zstd1;
+}
 }  // namespace
 
 std::string zstd_compress(std::string_view data, int level) {
-  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
-  CB_CHECK(cctx != nullptr);
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  size_t n = ZSTD_compressCCtx(cctx.get(), out.data(), out.size(), data.data(), data.size(), level);
-  CB_CHECK(!ZSTD_isError(n));  // only fails on a too small buffer or bad level: a bug
-  out.resize(n);
+  std::string out;
+  zstd_compress_append(data, level, ZstdFrame::kStandard, out);
   return out;
 }
 
-Result<std::string> zstd_decompress(std::string_view frame, size_t max_size,
-                                    std::string_view what) {
-  unsigned long long size = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR) return data_loss(std::string(what) + ": not a zstd frame");
+size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, std::string& out) {
+  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
+  ZSTD_CCtx* c = cctx.get();
+  CB_CHECK(c != nullptr);
+  // Only fail on a bad level or a too small buffer: bugs.
+  CB_CHECK(!ZSTD_isError(ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters)));
+  CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level)));
+  CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_format, zstd_format(format))));
+  const size_t start = out.size();
+  out.resize(start + ZSTD_compressBound(data.size()));
+  size_t n = ZSTD_compress2(c, out.data() + start, out.size() - start, data.data(), data.size());
+  CB_CHECK(!ZSTD_isError(n));
+  out.resize(start + n);
+  return n;
+}
+
+Result<std::string> zstd_decompress(std::string_view frame, size_t max_size, std::string_view what,
+                                    ZstdFrame format) {
+  ZSTD_frameHeader header;
+  if (ZSTD_getFrameHeader_advanced(&header, frame.data(), frame.size(), zstd_format(format)) != 0 ||
+      header.frameType != ZSTD_frame) {
+    return data_loss(std::string(what) + ": not a zstd frame");
+  }
+  const unsigned long long size = header.frameContentSize;
   if (size == ZSTD_CONTENTSIZE_UNKNOWN) {
     return data_loss(std::string(what) + ": zstd frame without a content size");
   }
@@ -39,6 +62,8 @@ Result<std::string> zstd_decompress(std::string_view frame, size_t max_size,
   }
   thread_local std::unique_ptr<ZSTD_DCtx, DctxDeleter> dctx(ZSTD_createDCtx());
   CB_CHECK(dctx != nullptr);
+  CB_CHECK(!ZSTD_isError(ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters)));
+  CB_CHECK(!ZSTD_isError(ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_format, zstd_format(format))));
   std::string out(size_t(size), '\0');
   size_t n = ZSTD_decompressDCtx(dctx.get(), out.data(), out.size(), frame.data(), frame.size());
   if (ZSTD_isError(n)) {

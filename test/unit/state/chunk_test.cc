@@ -4,6 +4,7 @@
 #include "crypto/hash.h"
 #include "crypto/sealed.h"
 #include "state/keys.h"
+#include "state/zstd_internal.h"
 
 #include <catch2/catch.hpp>
 
@@ -92,6 +93,50 @@ TEST_CASE("open_chunk: a version-1 chunk (random nonce stored) as earlier saves 
   std::string as_v2 = v1;
   as_v2[0] = char(crypto::kSealVersionNonceNotStored);
   CHECK(open_chunk(keys, id, as_v2).status().code() == Code::kDataLoss);
+}
+
+TEST_CASE("seal_chunk: zstd frames are stored without their magic number", "[state][unit]") {
+  StateKeys keys(key_from(1));
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "line " + std::to_string(i % 17) + " of a log\n";
+  const ChunkId id = keys.chunk_id(text);
+  const std::string sealed = seal_chunk(keys, id, crypto::byte_view(text));
+  std::span<const uint8_t, crypto::kSealNonceSize> nonce(id.bytes.data(), crypto::kSealNonceSize);
+  auto inner = crypto::open_with_nonce(keys.chunk_seal_key().bytes(), nonce, sealed,
+                                       chunk_additional_data(id));
+  REQUIRE(inner.ok());
+  REQUIRE(inner->size() > 5);
+  CHECK(uint8_t((*inner)[0]) == uint8_t(ChunkCodec::kZstdMagicless));
+  // The same frame with its magic number is exactly 4 bytes longer.
+  const std::string standard = internal::zstd_compress(text, kChunkZstdLevel);
+  CHECK(standard.size() == inner->size() - 1 + 4);
+  CHECK(standard.substr(4) == inner->substr(1));
+}
+
+TEST_CASE("open_chunk: a codec-1 chunk (zstd frame with its magic) as earlier saves wrote it opens",
+          "[state][unit]") {
+  StateKeys keys(key_from(1));
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "record " + std::to_string(i % 7) + " unchanged\n";
+  const ChunkId id = keys.chunk_id(text);
+  std::span<const uint8_t, crypto::kSealNonceSize> nonce(id.bytes.data(), crypto::kSealNonceSize);
+  auto seal_inner = [&](const std::string& inner) {
+    return crypto::seal_with_nonce(keys.chunk_seal_key().bytes(), nonce, inner,
+                                   chunk_additional_data(id));
+  };
+  const std::string frame = internal::zstd_compress(text, kChunkZstdLevel);
+  auto opened = open_chunk(keys, id, seal_inner(char(ChunkCodec::kZstd) + frame));
+  REQUIRE(opened.ok());
+  CHECK(*opened == text);
+  // Each codec reads only its own frames: a frame under the other codec's byte is kDataLoss.
+  CHECK(
+      open_chunk(keys, id, seal_inner(char(ChunkCodec::kZstdMagicless) + frame)).status().code() ==
+      Code::kDataLoss);
+  CHECK(
+      open_chunk(keys, id, seal_inner(char(ChunkCodec::kZstd) + frame.substr(4))).status().code() ==
+      Code::kDataLoss);
+  CHECK(open_chunk(keys, id, seal_inner(std::string(1, char(3)) + frame)).status().code() ==
+        Code::kDataLoss);
 }
 
 TEST_CASE("open_chunk: tampered, swapped, truncated or foreign chunks are kDataLoss naming the id",
