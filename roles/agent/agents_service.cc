@@ -226,6 +226,7 @@ TranscriptConversation TranscriptConversation::from_items(std::span<const ItemRo
     if (item.kind == "summary" || (c.has_summary_ && item.seq <= c.through_)) continue;
     c.append_parts(item);
   }
+  c.rebuild_messages();
   return c;
 }
 
@@ -240,8 +241,13 @@ bool TranscriptConversation::add(const ItemRow& item) {
     through_ = through;
     summary_text_ = std::move(text);
     std::erase_if(entries_, [through](const Entry& e) { return e.seq <= through; });
+    // Every message may have changed (rare: once per compaction).
+    lent_stable_ = 0;
+    if (!lent_) rebuild_messages();
   } else if (!has_summary_ || item.seq > through_) {
+    const size_t first = entries_.size();
     append_parts(item);
+    for (size_t i = first; !lent_ && i < entries_.size(); ++i) push_part(i);
   }
   last_seq_ = item.seq;
   last_event_id_ = item.event_id;
@@ -259,7 +265,114 @@ void TranscriptConversation::append_parts(const ItemRow& item) {
   });
 }
 
-std::vector<model::Message> TranscriptConversation::conversation() const {
+void TranscriptConversation::push_part(size_t entry) {
+  const Entry& e = entries_[entry];
+  if (messages_.empty() || messages_.back().role != e.role) {
+    model::Message m;
+    m.role = e.role;
+    m.parts.push_back(e.part);
+    messages_.push_back(std::move(m));
+    starts_.push_back(entry);
+  } else {
+    // The last message grows: it changed, and its answers for interrupted calls are counted
+    // again after the part joins it.
+    if (sent_ == messages_.size()) {
+      --sent_;
+      sent_tokens_ -= model::estimate_tokens(messages_.back(), sent_model_);
+    }
+    auto& parts = messages_.back().parts;
+    parts.erase(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(last_fixups_));
+    parts.push_back(e.part);
+  }
+  last_fixups_ = 0;
+  answer_interrupted();
+}
+
+void TranscriptConversation::answer_interrupted() {
+  // Every tool call must be answered in the next message (both wires refuse otherwise); a
+  // cancelled or crashed turn may have left some unanswered. A call in the last message is
+  // left for the loop to answer.
+  const size_t n = messages_.size();
+  if (n < 2 || messages_[n - 2].role != model::Role::kAssistant) return;
+  std::vector<std::string> missing;
+  std::set<std::string> answered;
+  for (const auto& part : messages_[n - 1].parts) {
+    if (part.kind == model::PartKind::kToolResult) answered.insert(part.id);
+  }
+  for (const model::Part& call : messages_[n - 2].parts) {
+    if (call.kind == model::PartKind::kToolCall && !answered.count(call.id))
+      missing.push_back(call.id);
+  }
+  auto& parts = messages_[n - 1].parts;
+  for (const std::string& id : missing) {
+    parts.insert(
+        parts.begin(),
+        model::Part::tool_result_part(
+            id, {model::Part::text_part("the tool call was interrupted (the turn ended)")}, true));
+  }
+  last_fixups_ = missing.size();
+}
+
+void TranscriptConversation::rebuild_messages() {
+  messages_.clear();
+  starts_.clear();
+  last_fixups_ = 0;
+  sent_ = 0;
+  sent_tokens_ = 0;
+  if (has_summary_) {
+    // apply_compaction()'s summary message; a first user message joins it.
+    messages_ = model::apply_compaction({}, 0, summary_text_);
+    starts_.push_back(0);
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) push_part(i);
+}
+
+std::vector<model::Message> TranscriptConversation::conversation() const { return messages_; }
+
+TranscriptConversation::Lent TranscriptConversation::lend(const model::ModelInfo& model) {
+  Lent out;
+  if (!(model == sent_model_)) {
+    sent_model_ = model;
+    sent_tokens_ = 0;
+    for (size_t i = 0; i < sent_ && i < messages_.size(); ++i)
+      sent_tokens_ += model::estimate_tokens(messages_[i], model);
+  }
+  out.unchanged = std::min(sent_, messages_.size());
+  out.unchanged_tokens = sent_tokens_;
+  // Items added while the turn runs join the last message or follow it: the others stay.
+  lent_stable_ = messages_.empty() ? 0 : messages_.size() - 1;
+  out.messages = std::move(messages_);
+  messages_.clear();
+  lent_ = true;
+  return out;
+}
+
+void TranscriptConversation::give_back(std::vector<model::Message> messages, size_t intact,
+                                       size_t unchanged, int64_t unchanged_tokens,
+                                       const model::ModelInfo& model) {
+  if (!lent_) return;
+  lent_ = false;
+  const size_t keep = std::min({intact, lent_stable_, messages.size()});
+  if (keep == 0 || keep >= starts_.size() || starts_[keep] >= entries_.size()) {
+    rebuild_messages();
+    return;
+  }
+  // What the turn's last call sent and what is kept: their common part is unchanged.
+  for (size_t i = keep; i < unchanged && i < messages.size(); ++i)
+    unchanged_tokens -= model::estimate_tokens(messages[i], model);
+  sent_ = std::min(unchanged, keep);
+  sent_tokens_ = unchanged_tokens;
+  sent_model_ = model;
+  // The messages from |keep| on, built again from the items (the turn's own copies of its
+  // steps may differ from what the transcript makes of them: the transcript is the truth).
+  const size_t from = starts_[keep];
+  messages.resize(keep);
+  messages_ = std::move(messages);
+  starts_.resize(keep);
+  for (size_t i = from; i < entries_.size(); ++i) push_part(i);
+}
+
+std::vector<model::Message> TranscriptConversation::assemble() const {
   std::vector<model::Message> rest;
   for (const Entry& e : entries_) {
     if (rest.empty() || rest.back().role != e.role) {
@@ -313,7 +426,7 @@ std::vector<model::Message> TranscriptConversation::conversation() const {
 }
 
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
-  return TranscriptConversation::from_items(items).conversation();
+  return TranscriptConversation::from_items(items).assemble();
 }
 
 std::vector<model::Part> unanswered_calls(const std::vector<ItemRow>& items,
@@ -438,13 +551,15 @@ model::RequestEncoder& AgentsService::encoder_for(const std::string& agent_id) {
   return *slot->second;
 }
 
-asio::awaitable<Result<std::vector<model::Message>>> AgentsService::conversation_for(
-    const std::string& agent_id, const std::string& turn_id, std::vector<ItemRow>* turn_items) {
+asio::awaitable<Result<TranscriptConversation::Lent>> AgentsService::conversation_for(
+    const std::string& agent_id, const std::string& turn_id, const model::ModelInfo& model,
+    std::vector<ItemRow>* turn_items) {
   auto kept = conversations_.find(agent_id);
   // A turn that has items in the kept conversation (resumed by Respond) reads them all: its
-  // unanswered calls are looked for in its own items.
+  // unanswered calls are looked for in its own items. One whose messages are still lent (a
+  // turn that ended without giving them back) is read again too.
   if (kept != conversations_.end() && kept->second.last_seq() > 0 &&
-      kept->second.last_turn_id() != turn_id) {
+      kept->second.last_turn_id() != turn_id && !kept->second.lent()) {
     // From the last item kept, to check that agent.db still holds it (a whole restore may
     // have put another database in place), then what was committed since.
     const int64_t from = kept->second.last_seq() - 1;
@@ -453,7 +568,7 @@ asio::awaitable<Result<std::vector<model::Message>>> AgentsService::conversation
     });
     if (!rows.ok()) co_return rows.status();
     kept = conversations_.find(agent_id);
-    bool same = kept != conversations_.end() && !rows->empty() &&
+    bool same = kept != conversations_.end() && !kept->second.lent() && !rows->empty() &&
                 rows->front().seq == kept->second.last_seq() &&
                 rows->front().event_id == kept->second.last_event_id() &&
                 rows->front().turn_id == kept->second.last_turn_id();
@@ -461,7 +576,7 @@ asio::awaitable<Result<std::vector<model::Message>>> AgentsService::conversation
       same = kept->second.add((*rows)[i]);
       if ((*rows)[i].turn_id == turn_id) turn_items->push_back((*rows)[i]);
     }
-    if (same) co_return kept->second.conversation();
+    if (same) co_return kept->second.lend(model);
     turn_items->clear();
     if (kept != conversations_.end()) conversations_.erase(kept);
   }
@@ -482,7 +597,16 @@ asio::awaitable<Result<std::vector<model::Message>>> AgentsService::conversation
   }
   TranscriptConversation& conv = conversations_[agent_id];
   conv = TranscriptConversation::from_items(*items);
-  co_return conv.conversation();
+  co_return conv.lend(model);
+}
+
+void AgentsService::give_back_conversation(const std::string& agent_id,
+                                           std::vector<model::Message> messages, size_t intact,
+                                           size_t unchanged, int64_t unchanged_tokens,
+                                           const model::ModelInfo& model) {
+  auto kept = conversations_.find(agent_id);
+  if (kept == conversations_.end()) return;
+  kept->second.give_back(std::move(messages), intact, unchanged, unchanged_tokens, model);
 }
 
 void AgentsService::remember(const std::string& agent_id, std::span<const ItemRow> rows) {
@@ -1045,7 +1169,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
   }
   model::Client& client = *client_;
   std::vector<ItemRow> turn_items;
-  auto conversation = co_await conversation_for(agent_id, turn_id, &turn_items);
+  auto conversation = co_await conversation_for(agent_id, turn_id, tc.main, &turn_items);
   if (!conversation.ok()) co_return conversation.status();
   model::Request request;
   request.system = tc.system_prompt.empty() ? std::string(kDefaultSystemPrompt) : tc.system_prompt;
@@ -1057,16 +1181,20 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
     for (model::ToolDef& d : tool_defs(defs)) request.tools.push_back(std::move(d));
   }
   request.max_tokens = config_.max_tokens;
-  request.messages = std::move(*conversation);
+  // Lent by the kept conversation, given back when the turn ends done (README.md §Agents,
+  // "The conversation in memory"); request.messages[0, intact) are still the lent ones.
+  request.messages = std::move(conversation->messages);
+  size_t intact = request.messages.size();
   const int64_t tool_tokens = model::estimate_tool_tokens(request.tools);
   model::Request head;
   head.system = request.system;
   const int64_t head_tokens = model::estimate_tokens(head, tc.main, tool_tokens);
-  // request.messages[0, unchanged) went out in this turn's last model call and have not
-  // changed since (the loop only appends): the encoder does not compare them again, and
-  // their token estimate is |unchanged_tokens|.
-  size_t unchanged = 0;
-  int64_t unchanged_tokens = 0;
+  // request.messages[0, unchanged) went out in this agent's last model call (this turn's,
+  // or the last step of the turn before, as the kept conversation says) and have not changed
+  // since (the loop only appends): the encoder does not compare them again, and their token
+  // estimate is |unchanged_tokens|.
+  size_t unchanged = conversation->unchanged;
+  int64_t unchanged_tokens = conversation->unchanged_tokens;
 
   // A resumed turn may hold tool calls of its last model step that have no result yet (an
   // approval nobody answered, or the agent restarted while one waited): answer them first.
@@ -1074,6 +1202,9 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
   if (!pending.empty() && !request.messages.empty() &&
       request.messages.back().role == model::Role::kUser) {
     // conversation_from_transcript() answered them as interrupted; they are not.
+    intact = std::min(intact, request.messages.size() - 1);
+    unchanged = 0;
+    unchanged_tokens = 0;
     std::set<std::string> ids;
     for (const auto& c : pending) ids.insert(c.id);
     auto& parts = request.messages.back().parts;
@@ -1118,6 +1249,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         if (cancelled_now(co_await asio::this_coro::cancellation_state))
           co_return cancelled("cancelled");
         unchanged = 0;  // compact() replaced the messages
+        intact = 0;
         message_tokens = 0;
         for (const model::Message& m : request.messages)
           message_tokens += model::estimate_tokens(m, tc.main);
@@ -1171,7 +1303,11 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
         committed(agent_id, *rows);
       }
       request.messages.push_back(std::move(resp->message));
-      if (calls.empty()) co_return ok_status();
+      if (calls.empty()) {
+        give_back_conversation(agent_id, std::move(request.messages), intact, unchanged,
+                               unchanged_tokens, tc.main);
+        co_return ok_status();
+      }
     }
 
     std::vector<model::Part> results;
@@ -1239,6 +1375,7 @@ asio::awaitable<Status> AgentsService::loop(const std::string& agent_id, const s
       // Results of a resumed step join the results already given for that step.
       auto& parts = request.messages.back().parts;
       for (auto& p : results) parts.push_back(std::move(p));
+      intact = std::min(intact, request.messages.size() - 1);
       unchanged = 0;  // the last message changed
       unchanged_tokens = 0;
     } else {

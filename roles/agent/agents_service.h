@@ -67,10 +67,17 @@ extern const std::string_view kDefaultSystemPrompt;
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items);
 
 // The conversation of one agent's transcript, kept between turns so that a turn parses only
-// the items it has not seen (README.md §Agents, "The conversation in memory"): add() the
-// items in seq order as they are committed, and conversation() is what
-// conversation_from_transcript() makes of all of them. Holds the messages after the latest
-// summary's through_seq, one entry per model part, with the seq of its item.
+// the items it has not seen and copies, compares and counts only the messages it has not
+// sent (README.md §Agents, "The conversation in memory"): add() the items in seq order as
+// they are committed, and conversation() is what conversation_from_transcript() makes of all
+// of them. Holds the messages after the latest summary's through_seq, one entry per model
+// part with the seq of its item, and those messages as conversation() gives them, kept up to
+// date by add() (only the messages an item changes are built again).
+//
+// A turn borrows the messages (lend()) instead of copying them, appends to them as it runs
+// and gives them back at its end (give_back()): the messages it did not change are kept, the
+// rest are built again from the items added meanwhile, so the next turn sends what a rebuild
+// from the transcript gives. While lent, add() only keeps the items.
 //
 // Not thread-safe; the agents service keeps one per agent on its executor. Copyable.
 class TranscriptConversation {
@@ -84,14 +91,36 @@ class TranscriptConversation {
   bool add(const ItemRow& item);
 
   // The messages to send (conversation_from_transcript()'s rules: summary in front, errors
-  // left out, unanswered tool calls answered as interrupted unless in the last message).
+  // left out, unanswered tool calls answered as interrupted unless in the last message): a
+  // copy of the kept ones. REQUIRES: !lent().
   std::vector<model::Message> conversation() const;
+
+  // The messages handed to a turn, and what its first model call need not look at again.
+  struct Lent {
+    std::vector<model::Message> messages;  // conversation()
+    // messages[0, unchanged) went out in the last model call of the turn that gave them back
+    // and have not changed since (RequestEncoder's |unchanged|); 0 after a rebuild.
+    size_t unchanged = 0;
+    int64_t unchanged_tokens = 0;  // model::estimate_tokens() of those for the model asked
+  };
+  // Moves the messages out to a turn that calls |model|. REQUIRES: !lent().
+  Lent lend(const model::ModelInfo& model);
+  // Takes back the messages lent, as the turn leaves them: |messages|[0, intact) are the lent
+  // ones unchanged, [0, unchanged) went out in the turn's last model call (to |model|, whose
+  // estimate of them is |unchanged_tokens|) and have not changed since. A no-op unless lent().
+  void give_back(std::vector<model::Message> messages, size_t intact, size_t unchanged,
+                 int64_t unchanged_tokens, const model::ModelInfo& model);
+  bool lent() const { return lent_; }
 
   // The last item added (0 / empty before any): a turn checks that agent.db still holds it
   // (a restore may have replaced the database) before reading only what follows.
   int64_t last_seq() const { return last_seq_; }
   int64_t last_event_id() const { return last_event_id_; }
   const std::string& last_turn_id() const { return last_turn_id_; }
+
+  // conversation() built from all the entries at once (conversation_from_transcript()): the
+  // reference the kept messages are tested against.
+  std::vector<model::Message> assemble() const;
 
  private:
   struct Entry {
@@ -100,6 +129,12 @@ class TranscriptConversation {
     model::Part part;
   };
   void append_parts(const ItemRow& item);
+  // Adds entries_[|entry|] to messages_ (a new message, or the last one's next part).
+  void push_part(size_t entry);
+  // Answers, in messages_.back(), the calls of the message before it that it does not answer.
+  void answer_interrupted();
+  // messages_ from the summary and all the entries.
+  void rebuild_messages();
 
   std::vector<Entry> entries_;  // parts of the items after through_ (summaries left out)
   bool has_summary_ = false;
@@ -108,6 +143,18 @@ class TranscriptConversation {
   int64_t last_seq_ = 0;
   int64_t last_event_id_ = 0;
   std::string last_turn_id_;
+
+  std::vector<model::Message> messages_;  // conversation(); empty while lent_
+  // Per message of messages_ (kept while lent_): the index in entries_ of its first entry.
+  std::vector<size_t> starts_;
+  size_t last_fixups_ = 0;  // interrupted-call results answer_interrupted() put in front
+  bool lent_ = false;
+  // While lent_: the leading lent messages that items added since cannot have changed.
+  size_t lent_stable_ = 0;
+  // What Lent::unchanged and unchanged_tokens give, for |sent_model_|.
+  size_t sent_ = 0;
+  int64_t sent_tokens_ = 0;
+  model::ModelInfo sent_model_;
 };
 
 // The tool calls of turn |turn_id| that have no tool_result item (a turn that waits for the
@@ -199,12 +246,19 @@ class AgentsService final : public cocoonbox::agent::v1::Agents::Service {
                                        const std::string& offset_key);
   // The request encoder kept for |agent_id| (created on first use); valid while its turn runs.
   model::RequestEncoder& encoder_for(const std::string& agent_id);
-  // The conversation of |agent_id|'s transcript for a turn starting now: the kept one plus
-  // the items committed since (checked against agent.db first), else all items read again.
-  // |*turn_items| gets the items of |turn_id| read here (all of them when that turn already
-  // had items in the kept conversation, e.g. a resumed turn: then everything is re-read).
-  asio::awaitable<Result<std::vector<model::Message>>> conversation_for(
-      const std::string& agent_id, const std::string& turn_id, std::vector<ItemRow>* turn_items);
+  // The conversation of |agent_id|'s transcript for a turn starting now, lent by the kept one
+  // (give it back with give_back_conversation()) after adding the items committed since
+  // (checked against agent.db first), else all items read again. |model|: the turn's main
+  // model (for the token estimate). |*turn_items| gets the items of |turn_id| read here (all
+  // of them when that turn already had items in the kept conversation, e.g. a resumed turn:
+  // then everything is re-read).
+  asio::awaitable<Result<TranscriptConversation::Lent>> conversation_for(
+      const std::string& agent_id, const std::string& turn_id, const model::ModelInfo& model,
+      std::vector<ItemRow>* turn_items);
+  // TranscriptConversation::give_back() to |agent_id|'s kept conversation, if it still lends.
+  void give_back_conversation(const std::string& agent_id, std::vector<model::Message> messages,
+                              size_t intact, size_t unchanged, int64_t unchanged_tokens,
+                              const model::ModelInfo& model);
   // Adds committed |rows| to |agent_id|'s kept conversation (dropping it when they do not
   // follow on; the next turn then reads everything again).
   void remember(const std::string& agent_id, std::span<const ItemRow> rows);

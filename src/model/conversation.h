@@ -101,6 +101,8 @@ struct ModelInfo {
   bool vision = false;
   // The model's context window in tokens, for the compaction budget (compact.h).
   int64_t context_tokens = 128000;
+
+  bool operator==(const ModelInfo&) const = default;
 };
 
 struct Request {

@@ -1501,6 +1501,98 @@ TEST_CASE("TranscriptConversation: an item that does not follow on is refused, n
   CHECK(kept.last_seq() == 5);
 }
 
+namespace {
+
+int64_t tokens_of(std::span<const model::Message> messages, const model::ModelInfo& m) {
+  int64_t n = 0;
+  for (const model::Message& msg : messages) n += model::estimate_tokens(msg, m);
+  return n;
+}
+
+std::vector<model::Message> rebuilt_from(const std::vector<ItemRow>& items, size_t n) {
+  return conversation_from_transcript(
+      std::vector<ItemRow>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n)));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "TranscriptConversation: messages lent to a turn and given back are what a rebuild gives, "
+    "whatever the items added meanwhile and after",
+    "[agent][agents][unit]") {
+  const std::vector<ItemRow> items = eventful_transcript();
+  model::ModelInfo m;
+  model::ModelInfo vision = m;
+  vision.vision = true;
+  for (size_t a = 1; a < items.size(); ++a) {
+    for (size_t b = a; b <= items.size(); ++b) {
+      for (bool resumed : {false, true}) {
+        INFO("kept " << a << " items, " << b - a << " added while lent, resumed " << resumed);
+        TranscriptConversation kept =
+            TranscriptConversation::from_items(std::span<const ItemRow>(items.data(), a));
+        TranscriptConversation::Lent lent = kept.lend(m);
+        REQUIRE(kept.lent());
+        CHECK(lent.messages == rebuilt_from(items, a));
+        CHECK(lent.unchanged == 0);
+        // The turn's own copies of its steps (an empty text part the transcript leaves out;
+        // a resumed turn changes its last message), and its items committed meanwhile.
+        std::vector<model::Message> turn = lent.messages;
+        size_t intact = turn.size();
+        if (resumed && !turn.empty()) {
+          turn.back().parts.push_back(model::Part::text_part("changed by the turn"));
+          intact = turn.size() - 1;
+        }
+        turn.push_back(model::Message::assistant({model::Part::text_part("")}));
+        turn.push_back(model::Message::user({model::Part::text_part("in-turn result")}));
+        turn.push_back(model::Message::assistant({model::Part::text_part("final")}));
+        for (size_t i = a; i < b; ++i) REQUIRE(kept.add(items[i]));
+        const size_t sent = turn.size() - 1;  // the last call sent all but its own answer
+        kept.give_back(turn, intact, sent,
+                       tokens_of(std::span<const model::Message>(turn.data(), sent), m), m);
+        REQUIRE_FALSE(kept.lent());
+        CHECK(kept.conversation() == rebuilt_from(items, b));
+        // The items of later turns, added as usual.
+        for (size_t i = b; i < items.size(); ++i) {
+          REQUIRE(kept.add(items[i]));
+          CHECK(kept.conversation() == rebuilt_from(items, i + 1));
+        }
+        // The next turn: what it need not look at again went out in the last call, unchanged,
+        // and its estimate is theirs (for another model too).
+        TranscriptConversation::Lent next = kept.lend(b == items.size() ? m : vision);
+        const model::ModelInfo& asked = b == items.size() ? m : vision;
+        CHECK(next.messages == rebuilt_from(items, items.size()));
+        REQUIRE(next.unchanged <= next.messages.size());
+        REQUIRE(next.unchanged <= sent);
+        for (size_t i = 0; i < next.unchanged; ++i) CHECK(next.messages[i] == turn[i]);
+        CHECK(next.unchanged_tokens ==
+              tokens_of(std::span<const model::Message>(next.messages.data(), next.unchanged),
+                        asked));
+        bool summary_later = false;
+        for (size_t i = a; i < items.size(); ++i) summary_later |= items[i].kind == "summary";
+        if (!resumed && b == a && !summary_later) {
+          // Nothing happened meanwhile: all the lent messages but the last are still those sent.
+          CHECK(next.unchanged + 1 >= lent.messages.size());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("TranscriptConversation: a turn that does not give the messages back leaves them lent",
+          "[agent][agents][unit]") {
+  const std::vector<ItemRow> items = eventful_transcript();
+  TranscriptConversation kept =
+      TranscriptConversation::from_items(std::span<const ItemRow>(items.data(), 5));
+  TranscriptConversation::Lent lent = kept.lend(model::ModelInfo());
+  REQUIRE(kept.add(items[5]));
+  CHECK(kept.lent());
+  CHECK(kept.last_seq() == 6);
+  // A later give_back() after a rebuild (what the service does: from_items()) is a no-op.
+  kept = TranscriptConversation::from_items(std::span<const ItemRow>(items.data(), 6));
+  kept.give_back(lent.messages, 0, 0, 0, model::ModelInfo());
+  CHECK(kept.conversation() == rebuilt_from(items, 6));
+}
+
 TEST_CASE(
     "Agents: the conversation kept in memory: a turn after a compaction sees the compacted "
     "history, two agents do not mix, and a restarted agent sends the same history",
