@@ -2,6 +2,7 @@
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -210,6 +211,40 @@ TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state
   auto store = open_store(dir);
   CHECK(store->stat("u/chunks/ef/never").status().code() == Code::kNotFound);
   CHECK(store->put_deferred("../bad", "x").code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("FsStore: a large sync() renames every object, and a failed rename leaves no temporary",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto temporaries = [&] {
+    std::size_t count = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
+      const std::string under = e.path().lexically_relative(dir.path() / "store").string();
+      if (e.is_regular_file() && under.rfind(".tmp-", 0) == 0) ++count;
+    }
+    return count;
+  };
+  auto store = open_store(dir);
+  // Enough puts for the two renaming threads, over many folders.
+  auto key = [](int i) { return fmt::format("u/chunks/{:02x}/object-{}", i % 64, i); };
+  constexpr int kPuts = 1500;
+  for (int i = 0; i < kPuts; ++i) REQUIRE(store->put_deferred(key(i), std::to_string(i)).ok());
+  REQUIRE(store->sync().ok());
+  CHECK(temporaries() == 0);
+  CHECK(list_all(*store, "")->size() == size_t(kPuts));
+  for (int i = 0; i < kPuts; i += 97) CHECK(*store->get(key(i)) == std::to_string(i));
+
+  // One object's folder cannot exist (a file holds its name): sync() fails naming it, and
+  // removes every temporary it did not rename.
+  REQUIRE(store->put("u/chunks/zz", "a file, not a folder").ok());
+  for (int i = 0; i < kPuts; ++i) {
+    REQUIRE(store->put_deferred(fmt::format("u/chunks/{:02x}/again-{}", i % 64, i), "x").ok());
+  }
+  REQUIRE(store->put_deferred("u/chunks/zz/blocked", "x").ok());
+  Status failed = store->sync();
+  CHECK(!failed.ok());
+  CHECK(std::string(failed.message()).find("u/chunks/zz/blocked") != std::string::npos);
+  CHECK(temporaries() == 0);
 }
 
 }  // namespace
