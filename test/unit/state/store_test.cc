@@ -19,6 +19,16 @@ std::unique_ptr<FsStore> open_store(const test::TempDir& dir) {
   return std::move(store).value();
 }
 
+// Files in the store's temporaries' folders (<root>/.tmp-<pid>-<n>/<bucket>/).
+std::size_t count_temporaries(const test::TempDir& dir) {
+  std::size_t count = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
+    const std::string under = e.path().lexically_relative(dir.path() / "store").string();
+    if (e.is_regular_file() && under.rfind(".tmp-", 0) == 0) ++count;
+  }
+  return count;
+}
+
 std::vector<std::string> keys_of(const std::vector<ObjectInfo>& objects) {
   std::vector<std::string> keys;
   for (const auto& o : objects) keys.push_back(o.key);
@@ -167,15 +177,7 @@ TEST_CASE("FsStore: a crashed process's folder of temporaries is removed with th
 // is deleted with the store.
 TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state][unit]") {
   test::TempDir dir;
-  // Files in the store's temporaries' folders (<root>/.tmp-<pid>-<n>/<bucket>/).
-  auto temporaries = [&] {
-    std::size_t count = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
-      const std::string under = e.path().lexically_relative(dir.path() / "store").string();
-      if (e.is_regular_file() && under.rfind(".tmp-", 0) == 0) ++count;
-    }
-    return count;
-  };
+  auto temporaries = [&] { return count_temporaries(dir); };
   // Folders of temporaries left at the root.
   auto temporary_folders = [&] {
     std::size_t count = 0;
@@ -216,16 +218,9 @@ TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state
 TEST_CASE("FsStore: a large sync() renames every object, and a failed rename leaves no temporary",
           "[state][unit]") {
   test::TempDir dir;
-  auto temporaries = [&] {
-    std::size_t count = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "store")) {
-      const std::string under = e.path().lexically_relative(dir.path() / "store").string();
-      if (e.is_regular_file() && under.rfind(".tmp-", 0) == 0) ++count;
-    }
-    return count;
-  };
+  auto temporaries = [&] { return count_temporaries(dir); };
   auto store = open_store(dir);
-  // Enough puts for the two renaming threads, over many folders.
+  // Many puts over many folders.
   auto key = [](int i) { return fmt::format("u/chunks/{:02x}/object-{}", i % 64, i); };
   constexpr int kPuts = 1500;
   for (int i = 0; i < kPuts; ++i) REQUIRE(store->put_deferred(key(i), std::to_string(i)).ok());
