@@ -8,6 +8,7 @@
 #include <string.h>
 #include <string>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -297,6 +298,11 @@ Status FsStore::sync() {
   // folder: remove it when empty (it is not, harmlessly, while another put is writing).
   remove_temp_dir();
   return ok_status();
+}
+
+int FsStore::put_concurrency() const {
+  const int cores = int(std::thread::hardware_concurrency());
+  return std::clamp(cores + 2, 3, 8);
 }
 
 Result<std::string> FsStore::get(std::string_view key) {

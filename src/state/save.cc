@@ -128,7 +128,8 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
     }
   }
 
-  StoreChunkSink sink(store, keys, location.user, options.put_threads);
+  StoreChunkSink sink(store, keys, location.user,
+                      options.put_threads > 0 ? options.put_threads : store.put_concurrency());
   if (parent != nullptr) sink.add_known(*parent);
   ASSIGN_OR_RETURN(ScanResult scan, scan_tree(options.scan, parent, keys, sink));
   RETURN_IF_ERROR(sink.finish());  // every chunk stored before the commit writes the manifest

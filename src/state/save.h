@@ -44,10 +44,11 @@ struct SaveOptions {
   // cached_parent_id equals the head's snapshot id, else the manifest is loaded.
   const Manifest* cached_parent = nullptr;
   std::string cached_parent_id;
-  // Chunk puts in flight at once (StoreChunkSink's put threads). Each put of a store is a
-  // round trip (S3) or a file and a directory fsync (FsStore), so they overlap; 1 puts on the
-  // scanning thread. docs/benchmarks.md "state: save and restore against restic".
-  int put_threads = 8;
+  // Chunk puts in flight at once (StoreChunkSink's put threads); 1 puts on the scanning
+  // thread, 0 asks the store (Store::put_concurrency(): 8 for a remote store, whose puts are
+  // round trips; about the cores for FsStore). docs/benchmarks.md "state: save and restore
+  // against restic".
+  int put_threads = 0;
 };
 
 struct SaveResult {

@@ -63,6 +63,10 @@ class Store {
   // Errors: backend errors; then those objects may be missing (never partial).
   virtual Status sync() { return ok_status(); }
 
+  // How many puts a save keeps in flight (SaveOptions::put_threads 0). A remote store's puts
+  // wait on round trips, so many overlap; a local one's are CPU and file system work.
+  virtual int put_concurrency() const { return 8; }
+
   // The object under |key|.
   // Errors: kNotFound if there is none; kInvalidArgument for a bad key; backend errors.
   virtual Result<std::string> get(std::string_view key) = 0;
