@@ -26,8 +26,8 @@ std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const
   const std::string_view data = crypto::char_view(plaintext);
   // Compressed straight after the codec byte; stored instead unless that is smaller.
   std::string inner(1, char(ChunkCodec::kZstdMagicless));
-  const size_t frame =
-      internal::zstd_compress_append(data, zstd_level, internal::ZstdFrame::kMagicless, inner);
+  const size_t frame = internal::zstd_compress_append(
+      data, zstd_level, internal::ZstdFrame::kMagicless, internal::ZstdTables::kLarge, inner);
   if (frame >= data.size()) {
     inner.assign(1, char(ChunkCodec::kStored));
     inner.append(data);

@@ -25,11 +25,12 @@ ZSTD_format_e zstd_format(ZstdFrame format) {
 
 std::string zstd_compress(std::string_view data, int level) {
   std::string out;
-  zstd_compress_append(data, level, ZstdFrame::kStandard, out);
+  zstd_compress_append(data, level, ZstdFrame::kStandard, ZstdTables::kLevel, out);
   return out;
 }
 
-size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, std::string& out) {
+size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, ZstdTables tables,
+                            std::string& out) {
   thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
   ZSTD_CCtx* c = cctx.get();
   CB_CHECK(c != nullptr);
@@ -37,6 +38,10 @@ size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, 
   CB_CHECK(!ZSTD_isError(ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters)));
   CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level)));
   CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_format, zstd_format(format))));
+  if (tables == ZstdTables::kLarge) {
+    CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_hashLog, 17)));
+    CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_chainLog, 16)));
+  }
   const size_t start = out.size();
   out.resize(start + ZSTD_compressBound(data.size()));
   size_t n = ZSTD_compress2(c, out.data() + start, out.size() - start, data.data(), data.size());
