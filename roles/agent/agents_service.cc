@@ -426,7 +426,8 @@ std::vector<model::Message> TranscriptConversation::assemble() const {
 }
 
 std::vector<model::Message> conversation_from_transcript(const std::vector<ItemRow>& items) {
-  return TranscriptConversation::from_items(items).assemble();
+  // from_items() has built the messages already; assemble() would build them a second time.
+  return TranscriptConversation::from_items(items).conversation();
 }
 
 std::vector<model::Part> unanswered_calls(const std::vector<ItemRow>& items,

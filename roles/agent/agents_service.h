@@ -118,7 +118,7 @@ class TranscriptConversation {
   int64_t last_event_id() const { return last_event_id_; }
   const std::string& last_turn_id() const { return last_turn_id_; }
 
-  // conversation() built from all the entries at once (conversation_from_transcript()): the
+  // conversation() built from all the entries at once, independently of add(): the
   // reference the kept messages are tested against.
   std::vector<model::Message> assemble() const;
 

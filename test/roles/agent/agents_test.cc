@@ -1465,7 +1465,8 @@ TEST_CASE("TranscriptConversation: items added one by one give what a rebuild fr
     INFO("after item " << n << " (" << items[n - 1].kind << ")");
     REQUIRE(kept.add(items[n - 1]));
     std::vector<ItemRow> prefix(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n));
-    const std::vector<model::Message> rebuilt = conversation_from_transcript(prefix);
+    const std::vector<model::Message> rebuilt =
+        TranscriptConversation::from_items(prefix).assemble();
     CHECK(kept.conversation() == rebuilt);
     CHECK(TranscriptConversation::from_items(prefix).conversation() == rebuilt);
     CHECK(kept.last_seq() == items[n - 1].seq);
@@ -1510,8 +1511,9 @@ int64_t tokens_of(std::span<const model::Message> messages, const model::ModelIn
 }
 
 std::vector<model::Message> rebuilt_from(const std::vector<ItemRow>& items, size_t n) {
-  return conversation_from_transcript(
-      std::vector<ItemRow>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n)));
+  return TranscriptConversation::from_items(
+             std::vector<ItemRow>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n)))
+      .assemble();
 }
 
 }  // namespace
