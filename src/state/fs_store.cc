@@ -261,43 +261,88 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
   if (!options_.sync) return put(key, data);
   std::string temp, path;
   RETURN_IF_ERROR(write_temp(key, data, false, temp, path));
-  std::lock_guard lock(mu_);
-  deferred_.push_back(Deferred{std::move(temp), std::move(path)});
-  return ok_status();
-}
-
-Status FsStore::sync() {
-  // Only the puts deferred before this point: a concurrent save's later temporaries may not be
-  // written yet, and are left for its own sync().
   std::vector<Deferred> batch;
   {
     std::lock_guard lock(mu_);
-    batch.swap(deferred_);
+    deferred_.push_back(Deferred{std::move(temp), std::move(path)});
+    deferred_bytes_ += data.size();
+    // Enough waiting: this thread makes them durable and visible now, while the other put
+    // threads go on, instead of leaving all of a save's writeback and renames to the end
+    // (one at a time: a flush waits for the disk, and a second would wait for the same).
+    if (deferred_bytes_ < options_.flush_bytes || busy_ != 0) return ok_status();
+    take_deferred(batch);
   }
+  Status s = publish(batch);
+  std::lock_guard lock(mu_);
+  --busy_;
+  idle_cv_.notify_all();
+  return s;
+}
+
+void FsStore::take_deferred(std::vector<Deferred>& batch) {
+  batch.swap(deferred_);
+  deferred_bytes_ = 0;
+  ++busy_;
+}
+
+Status FsStore::publish(std::vector<Deferred>& batch) {
   if (batch.empty()) return ok_status();
   size_t renamed = 0;
   auto fail = [&](Status s) {
     for (size_t i = renamed; i < batch.size(); ++i) ::unlink(batch[i].temp.c_str());
+    std::lock_guard lock(mu_);
+    if (renamed > 0) renamed_unsynced_ = true;
     return s;
   };
   Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (root.get() < 0) return fail(errno_status("open " + root_.string(), errno));
-  // 1. Every temporary's bytes (and the directories holding them) on disk: one journal
-  //    commit instead of an fsync per object.
+  // 1. Every temporary's bytes (and the directories holding them) on disk: one syncfs
+  //    instead of an fsync per object.
   if (::syncfs(root.get()) != 0) return fail(errno_status("syncfs " + root_.string(), errno));
-  // 2. Only then the names: an object's name never points at bytes not on disk. Folders
-  //    created for them become durable with the renames, in step 3.
+  // 2. Only then the names: an object's name never points at bytes not on disk. The names,
+  //    and folders created for them, become durable with sync()'s last syncfs.
   std::vector<std::string> created;
   for (; renamed < batch.size(); ++renamed) {
     const Deferred& d = batch[renamed];
     if (Status s = rename_into_place(d.temp, d.path, created); !s.ok()) return fail(s);
   }
-  // 3. The renames themselves.
-  if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
+  std::lock_guard lock(mu_);
+  renamed_unsynced_ = true;
+  return ok_status();
+}
+
+Status FsStore::sync() {
+  std::vector<Deferred> batch;
+  {
+    // After any flush under way (it may hold puts deferred before this call), and alone: a
+    // concurrent sync() returns only once this one's renames are durable too.
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return busy_ == 0; });
+    if (deferred_.empty() && !renamed_unsynced_) return ok_status();
+    take_deferred(batch);
+  }
+  Status s = publish(batch);
+  // 3. The renames, this one's and the flushes' before it.
+  if (s.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      renamed_unsynced_ = false;  // set again by a flush from here on, or below on failure
+    }
+    Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (root.get() < 0) {
+      s = errno_status("open " + root_.string(), errno);
+    } else if (::syncfs(root.get()) != 0) {
+      s = errno_status("syncfs " + root_.string(), errno);
+    }
+  }
   // The temporaries' folder grew to hold every one of them at once and ext4 never shrinks a
   // folder: remove it when empty (it is not, harmlessly, while another put is writing).
-  remove_temp_dir();
-  return ok_status();
+  if (s.ok()) remove_temp_dir();
+  std::lock_guard lock(mu_);
+  if (!s.ok()) renamed_unsynced_ = true;
+  --busy_;
+  idle_cv_.notify_all();
+  return s;
 }
 
 int FsStore::put_concurrency() const {

@@ -10,7 +10,10 @@
 //   put_deferred  write the temporary without fsync and remember it; sync() then makes
 //           every one remembered before it durable with one syncfs(2), renames them into place
 //           and syncfs's again: a chunk's name never points at bytes that are not on disk,
-//           and a crash before sync() leaves only temporaries (remove_temporaries()); the
+//           and a crash before sync() leaves only temporaries (remove_temporaries()) and
+//           whole objects no snapshot names yet. Once Options::flush_bytes wait, the put
+//           that adds the last of them does the first syncfs and the renames itself, so a
+//           big save's writeback overlaps its other puts instead of all waiting for sync(); the
 //           temporaries' folder is removed once empty, so the thousands of names a save
 //           held there cost no space after it (in the object folders they would, as ext4
 //           never shrinks a directory)
@@ -28,6 +31,7 @@
 #include "state/store.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -42,6 +46,11 @@ class FsStore final : public Store {
     // fsync files and directories on put. Off only for throwaway stores (benchmarks that
     // measure the rest); durability and the commit order depend on it.
     bool sync = true;
+    // Deferred bytes that make the next put_deferred() publish them (syncfs and renames)
+    // instead of waiting for sync(). A first save of scripts/bench state's tree (750 MB
+    // written) took 3.9-4.1 s with 64 MiB, 4.3-4.7 s with everything left to sync()
+    // (three interleaved runs each, page cache emptied before each, 2026-12-01).
+    size_t flush_bytes = 64u << 20;
   };
 
   // A store rooted at |root|, created (0700, with parents) if missing.
@@ -87,6 +96,10 @@ class FsStore final : public Store {
     std::string temp;
     std::string path;
   };
+  // Moves the waiting puts into |batch| and counts one more publish under way. REQUIRES: mu_.
+  void take_deferred(std::vector<Deferred>& batch);
+  // syncfs, then renames |batch| into place; on an error deletes the temporaries not renamed.
+  Status publish(std::vector<Deferred>& batch);
 
   std::filesystem::path root_;
   Options options_;
@@ -99,7 +112,12 @@ class FsStore final : public Store {
   std::string temp_dir_;
   std::atomic<uint64_t> temp_counter_{0};
   std::mutex mu_;
-  std::vector<Deferred> deferred_;  // guarded by mu_
+  std::condition_variable idle_cv_;  // busy_ fell to 0
+  // Guarded by mu_:
+  std::vector<Deferred> deferred_;  // written, not yet published
+  size_t deferred_bytes_ = 0;
+  int busy_ = 0;                   // publishes under way (a flush, or a sync(): then alone)
+  bool renamed_unsynced_ = false;  // renames done since the last syncfs after renames
 };
 
 }  // namespace cb::state

@@ -8,13 +8,15 @@
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
+#include <thread>
 #include <vector>
 
 namespace cb::state {
 namespace {
 
-std::unique_ptr<FsStore> open_store(const test::TempDir& dir) {
-  auto store = FsStore::open(dir.path() / "store");
+std::unique_ptr<FsStore> open_store(const test::TempDir& dir,
+                                    FsStore::Options options = FsStore::Options()) {
+  auto store = FsStore::open(dir.path() / "store", options);
   REQUIRE(store.ok());
   return std::move(store).value();
 }
@@ -240,6 +242,65 @@ TEST_CASE("FsStore: a large sync() renames every object, and a failed rename lea
   CHECK(!failed.ok());
   CHECK(std::string(failed.message()).find("u/chunks/zz/blocked") != std::string::npos);
   CHECK(temporaries() == 0);
+}
+
+TEST_CASE("FsStore: the put that brings deferred bytes to flush_bytes publishes them",
+          "[state][unit]") {
+  test::TempDir dir;
+  FsStore::Options options;
+  options.flush_bytes = 10;
+  auto store = open_store(dir, options);
+  REQUIRE(store->put_deferred("u/chunks/ab/first", "12345").ok());
+  CHECK(store->stat("u/chunks/ab/first").status().code() == Code::kNotFound);
+  CHECK(count_temporaries(dir) == 1);
+  REQUIRE(store->put_deferred("u/chunks/cd/second", "678901").ok());  // 11 bytes waiting
+  CHECK(*store->get("u/chunks/ab/first") == "12345");
+  CHECK(*store->get("u/chunks/cd/second") == "678901");
+  CHECK(count_temporaries(dir) == 0);
+  // Below the threshold again: waits for sync(), which also makes the renames durable.
+  REQUIRE(store->put_deferred("u/chunks/ef/third", "x").ok());
+  CHECK(store->stat("u/chunks/ef/third").status().code() == Code::kNotFound);
+  REQUIRE(store->sync().ok());
+  CHECK(*store->get("u/chunks/ef/third") == "x");
+
+  // A publish that fails fails the put that ran it, naming the object, and removes the
+  // temporaries it did not rename; the next sync() has nothing left to do.
+  REQUIRE(store->put("u/chunks/zz", "a file, not a folder").ok());
+  REQUIRE(store->put_deferred("u/chunks/zz/blocked", "1234").ok());
+  Status failed = store->put_deferred("u/chunks/ab/after", "1234567");
+  CHECK(!failed.ok());
+  CHECK(std::string(failed.message()).find("u/chunks/zz/blocked") != std::string::npos);
+  CHECK(count_temporaries(dir) == 0);
+  CHECK(store->sync().ok());
+  CHECK(!store->stat("u/chunks/zz/blocked").ok());
+}
+
+TEST_CASE("FsStore: deferred puts on many threads, flushed along the way, all land at sync()",
+          "[state][unit]") {
+  test::TempDir dir;
+  FsStore::Options options;
+  options.flush_bytes = 4096;
+  auto store = open_store(dir, options);
+  auto key = [](int t, int i) { return fmt::format("u/chunks/{:02x}/t{}-{}", i % 32, t, i); };
+  constexpr int kThreads = 4, kPuts = 400;
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPuts && results[t].ok(); ++i) {
+        results[t] = store->put_deferred(key(t, i), std::string(100, char('a' + t)));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const Status& s : results) REQUIRE(s.ok());
+  REQUIRE(store->sync().ok());
+  CHECK(count_temporaries(dir) == 0);
+  CHECK(list_all(*store, "")->size() == size_t(kThreads * kPuts));
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPuts; i += 37)
+      CHECK(*store->get(key(t, i)) == std::string(100, char('a' + t)));
+  }
 }
 
 }  // namespace
