@@ -2,6 +2,8 @@
 
 #include "state/chunk.h"
 
+#include <algorithm>
+
 namespace cb::state {
 
 namespace {
@@ -61,17 +63,21 @@ void StoreChunkSink::add_known(const Manifest& manifest) {
 }
 
 Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext) {
-  if (known_.count(id) != 0) return ok_status();
+  {
+    // Claimed before the stat: of two reading threads that meet the same new chunk (a
+    // duplicated file), one stores it and the other goes on, as the first's put must succeed
+    // for the save to.
+    std::lock_guard lock(mu_);
+    if (!known_.insert(id).second) return ok_status();
+  }
   const std::string key = chunk_key(user_, id);
   auto size = store_.stat(key);
-  if (size.ok()) {
-    known_.insert(id);
-    return ok_status();
-  }
+  if (size.ok()) return ok_status();
   if (size.status().code() != Code::kNotFound) return size.status();
   if (threads_.empty()) {
     const std::string sealed = seal_chunk(keys_, id, plaintext);
     RETURN_IF_ERROR(store_.put_deferred(key, sealed));
+    std::lock_guard lock(mu_);
     added_stored_bytes_ += sealed.size();
   } else {
     // The plaintext is the scanner's buffer, valid only during this call: the put thread
@@ -84,7 +90,7 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
     ++in_flight_;
     work_cv_.notify_one();
   }
-  known_.insert(id);
+  std::lock_guard lock(mu_);
   ++added_chunks_;
   added_bytes_ += plaintext.size();
   return ok_status();
@@ -131,7 +137,12 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
   StoreChunkSink sink(store, keys, location.user,
                       options.put_threads > 0 ? options.put_threads : store.put_concurrency());
   if (parent != nullptr) sink.add_known(*parent);
-  ASSIGN_OR_RETURN(ScanResult scan, scan_tree(options.scan, parent, keys, sink));
+  ScanOptions scan_options = options.scan;
+  scan_options.read_threads =
+      options.read_threads > 0
+          ? options.read_threads
+          : std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxDefaultReadThreads);
+  ASSIGN_OR_RETURN(ScanResult scan, scan_tree(scan_options, parent, keys, sink));
   RETURN_IF_ERROR(sink.finish());  // every chunk stored before the commit writes the manifest
 
   Record record;

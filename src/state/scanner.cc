@@ -1,15 +1,19 @@
 #include "state/scanner.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <grp.h>
 #include <memory>
+#include <mutex>
 #include <pwd.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -43,11 +47,100 @@ class Fd {
   int fd_;
 };
 
+// A regular file to read, opened by the walk: the walk's directory descriptors do not outlive
+// it, the file's does.
+struct FileJob {
+  int fd = -1;  // owned: closed by whoever takes the job
+  std::string path;
+  std::string os_path;
+};
+
+// Runs jobs on |n| threads of its own; at most 2n wait, so the walk keeps at most that many
+// files open ahead of the readers. After a job fails, the rest are closed unread.
+class Readers {
+ public:
+  template <typename Read>
+  Readers(int n, Read read) : max_queued_(size_t(n) * 2) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, read] {
+        std::unique_lock lock(mu_);
+        while (true) {
+          work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          FileJob job = std::move(queue_.front());
+          queue_.pop_front();
+          room_cv_.notify_one();
+          const bool failed = !first_error_.ok();
+          lock.unlock();
+          Status s = ok_status();
+          if (failed) {
+            ::close(job.fd);
+          } else {
+            s = read(job);
+          }
+          lock.lock();
+          if (!s.ok() && first_error_.ok()) first_error_ = s;
+          if (--pending_ == 0) idle_cv_.notify_all();
+        }
+      });
+    }
+  }
+  ~Readers() { (void)finish(); }
+  Readers(const Readers&) = delete;
+  Readers& operator=(const Readers&) = delete;
+
+  // Errors: a failed job's, instead of queueing |job| (then closed).
+  Status submit(FileJob job) {
+    std::unique_lock lock(mu_);
+    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || !first_error_.ok(); });
+    if (!first_error_.ok()) {
+      ::close(job.fd);
+      return first_error_;
+    }
+    queue_.push_back(std::move(job));
+    ++pending_;
+    work_cv_.notify_one();
+    return ok_status();
+  }
+
+  // Waits for every job and stops the threads. Errors: the first failed job's.
+  Status finish() {
+    {
+      std::unique_lock lock(mu_);
+      idle_cv_.wait(lock, [&] { return pending_ == 0; });
+      stopping_ = true;
+      work_cv_.notify_all();
+    }
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    std::lock_guard lock(mu_);
+    return first_error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // a job queued, or stopping
+  std::condition_variable room_cv_;  // room in the queue, or a job failed
+  std::condition_variable idle_cv_;  // pending_ fell to 0
+  const size_t max_queued_;
+  // Guarded by mu_:
+  std::deque<FileJob> queue_;
+  size_t pending_ = 0;  // queued or being read
+  bool stopping_ = false;
+  Status first_error_;
+  std::vector<std::thread> threads_;
+};
+
 class Scanner {
  public:
   Scanner(const ScanOptions& options, const Manifest* previous, const StateKeys& keys,
           ChunkSink& sink)
-      : options_(options), previous_(previous), keys_(keys), sink_(sink) {}
+      : options_(options), previous_(previous), keys_(keys), sink_(sink) {
+    if (options_.read_threads > 1) {
+      readers_ = std::make_unique<Readers>(options_.read_threads,
+                                           [this](const FileJob& job) { return read_file(job); });
+    }
+  }
 
   Result<ScanResult> run() {
     result_.manifest.scan_started_ns = realtime_ns();
@@ -63,9 +156,10 @@ class Scanner {
       struct stat st;
       if (::fstat(fd.get(), &st) != 0) return internal_error("fstat " + root.dir);
       if (excluded(root.name)) continue;
-      add_entry(root.name, EntryKind::kDir, st);
+      add_entry(make_entry(root.name, EntryKind::kDir, st));
       RETURN_IF_ERROR(walk_dir(fd.get(), root.name, root.dir));
     }
+    if (readers_ != nullptr) RETURN_IF_ERROR(readers_->finish());
     sort_entries(result_.manifest);
     if (Status s = validate_manifest(result_.manifest); !s.ok()) {
       return internal_error("scan produced an invalid manifest: " + std::string(s.message()));
@@ -74,7 +168,10 @@ class Scanner {
   }
 
  private:
+  // What the reading threads share with the walk (the result, the name caches) is
+  // guarded by mu_.
   void note(std::string line) {
+    std::lock_guard lock(mu_);
     ++result_.stats.skipped;
     if (result_.notes.size() < kMaxNotes) result_.notes.push_back(std::move(line));
   }
@@ -112,20 +209,27 @@ class Scanner {
     return groups_.emplace(gid, std::move(name)).first->second;
   }
 
-  Entry& add_entry(const std::string& path, EntryKind kind, const struct stat& st) {
+  Entry make_entry(const std::string& path, EntryKind kind, const struct stat& st) {
     Entry e;
     e.path = path;
     e.kind = kind;
     e.mode = uint32_t(st.st_mode & 07777);
     e.uid = st.st_uid;
     e.gid = st.st_gid;
-    e.user = user_name(st.st_uid);
-    e.group = group_name(st.st_gid);
+    {
+      std::lock_guard lock(mu_);
+      e.user = user_name(st.st_uid);
+      e.group = group_name(st.st_gid);
+    }
     e.mtime_ns = to_ns(st.st_mtim);
     e.ctime_ns = to_ns(st.st_ctim);
     e.inode = st.st_ino;
+    return e;
+  }
+
+  void add_entry(Entry e) {
+    std::lock_guard lock(mu_);
     result_.manifest.entries.push_back(std::move(e));
-    return result_.manifest.entries.back();
   }
 
   // The names in the directory |fd|, sorted bytewise (so the walk is in path order).
@@ -177,7 +281,7 @@ class Scanner {
           note(os_path + ": " + strerror(errno) + ", skipped");
           continue;
         }
-        add_entry(path, EntryKind::kDir, st);
+        add_entry(make_entry(path, EntryKind::kDir, st));
         RETURN_IF_ERROR(walk_dir(sub.get(), path, os_path));
       } else if (S_ISLNK(st.st_mode)) {
         std::string target(kMaxPathSize + 1, '\0');
@@ -187,7 +291,9 @@ class Scanner {
           continue;
         }
         target.resize(size_t(n));
-        add_entry(path, EntryKind::kSymlink, st).target = std::move(target);
+        Entry e = make_entry(path, EntryKind::kSymlink, st);
+        e.target = std::move(target);
+        add_entry(std::move(e));
       } else if (S_ISREG(st.st_mode)) {
         RETURN_IF_ERROR(add_file(dir_fd, name, path, os_path, st));
       } else {
@@ -213,9 +319,11 @@ class Scanner {
                   const std::string& os_path, const struct stat& st) {
     const Entry* old = previous_ != nullptr ? previous_->find(path) : nullptr;
     if (unchanged(old, st)) {
-      Entry& e = add_entry(path, EntryKind::kFile, st);
+      Entry e = make_entry(path, EntryKind::kFile, st);
       e.size = old->size;
       e.chunks = old->chunks;
+      add_entry(std::move(e));
+      std::lock_guard lock(mu_);
       ++result_.stats.files_reused;
       return ok_status();
     }
@@ -228,7 +336,17 @@ class Scanner {
       note(os_path + ": " + strerror(errno) + ", skipped");
       return ok_status();
     }
-    Fd file(fd);
+    FileJob job{fd, path, os_path};
+    if (readers_ != nullptr) return readers_->submit(std::move(job));
+    return read_file(job);
+  }
+
+  // Reads, chunks and hashes the open file of |job| (and closes it), passing its chunks to
+  // the sink, and adds its entry.
+  Status read_file(const FileJob& job) {
+    Fd file(job.fd);
+    const int fd = job.fd;
+    const std::string& os_path = job.os_path;
     for (int attempt = 1;; ++attempt) {
       struct stat before;
       if (::fstat(fd, &before) != 0 || !S_ISREG(before.st_mode)) {
@@ -251,25 +369,28 @@ class Scanner {
         chunks.push_back(ChunkRef{id, uint32_t(chunk->size())});
         size += chunk->size();
       }
-      result_.stats.bytes_read += size;
+      {
+        std::lock_guard lock(mu_);
+        result_.stats.bytes_read += size;
+      }
       struct stat after;
       if (::fstat(fd, &after) != 0) return internal_error("fstat " + os_path);
       bool stable =
           after.st_size == before.st_size && to_ns(after.st_mtim) == to_ns(before.st_mtim) &&
           to_ns(after.st_ctim) == to_ns(before.st_ctim) && size == uint64_t(after.st_size);
       if (!stable && attempt < kReadAttempts) continue;
-      if (!stable) {
-        // Still being written: keep what was read (a later save catches up, since the stat
-        // recorded below is the one after the read) and say so.
-        if (result_.notes.size() < kMaxNotes) {
-          result_.notes.push_back(os_path + ": changed while being read; saved as read");
-        }
-      }
-      Entry& e = add_entry(path, EntryKind::kFile, after);
+      Entry e = make_entry(job.path, EntryKind::kFile, after);
       e.size = size;
       e.chunks = std::move(chunks);
       if (!stable) e.ctime_ns = 0;  // never matches a real ctime: the next scan reads it again
+      add_entry(std::move(e));
+      std::lock_guard lock(mu_);
       ++result_.stats.files_read;
+      if (!stable && result_.notes.size() < kMaxNotes) {
+        // Still being written: kept as read (a later save catches up, since the stat recorded
+        // is the one after the read) and said.
+        result_.notes.push_back(os_path + ": changed while being read; saved as read");
+      }
       return ok_status();
     }
   }
@@ -278,9 +399,11 @@ class Scanner {
   const Manifest* previous_;
   const StateKeys& keys_;
   ChunkSink& sink_;
-  ScanResult result_;
-  std::unordered_map<uint32_t, std::string> users_;
-  std::unordered_map<uint32_t, std::string> groups_;
+  std::mutex mu_;
+  ScanResult result_;                                 // guarded by mu_
+  std::unordered_map<uint32_t, std::string> users_;   // guarded by mu_
+  std::unordered_map<uint32_t, std::string> groups_;  // guarded by mu_
+  std::unique_ptr<Readers> readers_;  // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace

@@ -7,7 +7,9 @@
 // previous chunk list without being opened. Every chunk of every file it reads goes to a
 // ChunkSink as it is cut, so a save stores chunks while it scans.
 //
-// Thread-safety: scan_tree() is reentrant; a ChunkSink is called from the scanning thread.
+// Thread-safety: scan_tree() is reentrant. The walk runs on the calling thread; regular files
+// are read, chunked and hashed there too, or with ScanOptions::read_threads > 1 on that many
+// threads of the scan's own, several files at once, and the ChunkSink is called from them.
 
 #include "base/result.h"
 #include "state/chunker.h"
@@ -40,13 +42,19 @@ struct ScanOptions {
   // if its stat is unchanged: file systems stamp mtimes with a coarse clock, so a write in
   // the same tick as the previous scan's read leaves the stat equal.
   int64_t racy_window_ns = 2'000'000'000;
+  // Files read at once, each on its own thread (1: on the calling thread). More than one
+  // needs a ChunkSink whose add() may run on several threads at once. Hashing is serial
+  // within a file, and on the walking thread it left the sealing threads idle while it
+  // hashed incompressible data (save_snapshot() sets this from SaveOptions::read_threads).
+  int read_threads = 1;
 };
 
 class ChunkSink {
  public:
   virtual ~ChunkSink() = default;
   // One chunk of a file being read; |plaintext| is valid only during the call. An error
-  // stops the scan and is returned by scan_tree().
+  // stops the scan and is returned by scan_tree(). Called on several threads at once when
+  // ScanOptions::read_threads > 1.
   virtual Status add(const ChunkId& id, std::span<const uint8_t> plaintext) = 0;
 };
 

@@ -5,7 +5,8 @@
 //
 //   state_bench gen DIR [--scale N]        write the tree (about 340 MiB per scale unit)
 //   state_bench edit DIR [--scale N]       change about 1 % of it in place
-//   state_bench save STORE DIR [--put-threads N]   one save of DIR as box bench/box; JSON out
+//   state_bench save STORE DIR [--put-threads N] [--read-threads N]   one save of DIR as box
+//                                          bench/box; JSON out
 //   state_bench restore STORE TARGET [--fetch-threads N]   restore the head of bench/box
 //                                          into TARGET (new)
 //
@@ -83,7 +84,7 @@ const cb::state::BoxLocation kBox{"bench", "box"};
 int usage() {
   std::fprintf(stderr,
                "usage: state_bench gen|edit DIR [--scale N]\n"
-               "       state_bench save STORE DIR [--put-threads N]\n"
+               "       state_bench save STORE DIR [--put-threads N] [--read-threads N]\n"
                "       state_bench restore STORE TARGET [--fetch-threads N]\n");
   return 2;
 }
@@ -99,11 +100,14 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   int scale = 3;
   int put_threads = cb::state::SaveOptions().put_threads;
+  int read_threads = cb::state::SaveOptions().read_threads;
   int fetch_threads = cb::state::RestoreOptions().fetch_threads;
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--put-threads") == 0 && i + 1 < argc) {
       put_threads = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--read-threads") == 0 && i + 1 < argc) {
+      read_threads = std::atoi(argv[++i]);
     }
     if (std::strcmp(argv[i], "--fetch-threads") == 0 && i + 1 < argc) {
       fetch_threads = std::atoi(argv[++i]);
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
       cb::state::SaveOptions options;
       options.scan.roots = {{std::filesystem::absolute(argv[3]).string(), "home/user"}};
       options.put_threads = put_threads;
+      options.read_threads = read_threads;
       auto saved =
           cb::state::save_snapshot(**store, keys, kBox, options, cb::system_clock(), random);
       if (!saved.ok()) {

@@ -192,6 +192,30 @@ TEST_CASE("save: the record, timeline and head describe each save", "[state][uni
   CHECK(test_util::read_file(*new_target / "notes.txt") == "remember the milk and eggs\n");
 }
 
+TEST_CASE("save: files read on several threads store each distinct chunk once", "[state][unit]") {
+  World w;
+  // 40 files, each content four times: threads reading copies at once meet the same chunks.
+  for (int i = 0; i < 160; ++i) {
+    write_file(w.home() / ("d" + std::to_string(i % 7)) / ("f" + std::to_string(i)),
+               noise(3000 + 97 * (i % 40), uint64_t(i % 40)), kOldMtimeNs);
+  }
+  SaveOptions o = w.options(w.home());
+  o.read_threads = 4;
+  o.put_threads = 3;
+  auto saved = save_snapshot(*w.store, w.keys, w.box, o, w.clock, w.random);
+  REQUIRE(saved.ok());
+  const std::vector<ChunkId> distinct = referenced_chunks(saved->manifest);
+  CHECK(saved->record.stats.changed_files == 160);
+  CHECK(saved->record.stats.added_chunks == distinct.size());
+  uint64_t distinct_bytes = 0;
+  for (int i = 0; i < 40; ++i) distinct_bytes += 3000 + 97 * i;
+  CHECK(saved->record.stats.added_bytes == distinct_bytes);
+  CHECK(list_all(*w.store, "u1/chunks/")->size() == distinct.size());
+  auto target = w.restore(*w.store, w.box, saved->record.snapshot_id, "back");
+  REQUIRE(target.ok());
+  CHECK(picture(*target) == picture(w.home()));
+}
+
 TEST_CASE("save: a save without changes reads no file and stores no chunk", "[state][unit]") {
   World w;
   w.make_tree();

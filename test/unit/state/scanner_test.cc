@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
+#include <set>
 #include <string>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -204,6 +206,77 @@ TEST_CASE("scan_tree: exclusions and restore leftovers are left out with their s
   std::vector<std::string> paths;
   for (const auto& e : scanned->manifest.entries) paths.push_back(e.path);
   CHECK(paths == std::vector<std::string>{"home/user", "home/user/Restored", "home/user/keep"});
+}
+
+// A sink for several reading threads: counts under a lock, and fails the |fail_at|th chunk.
+class LockedSink final : public ChunkSink {
+ public:
+  explicit LockedSink(int fail_at = 0) : fail_at_(fail_at) {}
+  Status add(const ChunkId& id, std::span<const uint8_t> plaintext) override {
+    std::lock_guard lock(mu_);
+    if (++calls_ == fail_at_) return data_loss("sink refused a chunk");
+    bytes += plaintext.size();
+    ids.insert(id);
+    return ok_status();
+  }
+  uint64_t bytes = 0;
+  std::set<ChunkId> ids;
+
+ private:
+  std::mutex mu_;
+  const int fail_at_;
+  int calls_ = 0;
+};
+
+TEST_CASE("scan_tree: several reading threads build the manifest one thread builds",
+          "[state][unit]") {
+  test::TempDir dir;
+  const auto home = dir.path() / "home";
+  for (int d = 0; d < 6; ++d) {
+    for (int f = 0; f < 15; ++f) {
+      const auto path = home / ("d" + std::to_string(d)) / ("f" + std::to_string(f));
+      // Every third file repeats another's content: two threads may meet its chunks at once.
+      const uint64_t seed = f % 3 == 0 ? 1000 + f : uint64_t(d * 100 + f);
+      write_file(path, noise(100 + 700 * f, seed), kOldMtimeNs + f, 0600);
+    }
+    std::filesystem::create_symlink("f1", home / ("d" + std::to_string(d)) / "link");
+    write_file(home / ("d" + std::to_string(d)) / "empty", "", kOldMtimeNs, 0644);
+  }
+  StateKeys keys = test_keys();
+  ScanOptions one = options_for(dir);
+  LockedSink sink_one;
+  auto a = scan_tree(one, nullptr, keys, sink_one);
+  REQUIRE(a.ok());
+  ScanOptions four = one;
+  four.read_threads = 4;
+  LockedSink sink_four;
+  auto b = scan_tree(four, nullptr, keys, sink_four);
+  REQUIRE(b.ok());
+  b->manifest.scan_started_ns = a->manifest.scan_started_ns;
+  CHECK(b->manifest == a->manifest);
+  CHECK(b->stats.files_read == a->stats.files_read);
+  CHECK(b->stats.files_read == 6 * 16);
+  CHECK(b->stats.bytes_read == a->stats.bytes_read);
+  CHECK(sink_four.bytes == sink_one.bytes);
+  CHECK(sink_four.ids == sink_one.ids);
+
+  // A rescan reuses every file, on any number of threads.
+  LockedSink sink_again;
+  auto c = scan_tree(four, &a->manifest, keys, sink_again);
+  REQUIRE(c.ok());
+  CHECK(c->stats.files_reused == 6 * 16);
+  CHECK(c->stats.files_read == 0);
+  CHECK(sink_again.bytes == 0);
+
+  // A sink's error stops the scan and is what it returns, whichever thread met it.
+  for (int fail_at : {1, 7, 40}) {
+    INFO(fail_at);
+    LockedSink failing(fail_at);
+    auto failed = scan_tree(four, nullptr, keys, failing);
+    REQUIRE(!failed.ok());
+    CHECK(failed.status().code() == Code::kDataLoss);
+    CHECK(std::string(failed.status().message()) == "sink refused a chunk");
+  }
 }
 
 TEST_CASE("scan_tree: bad roots are refused", "[state][unit]") {
