@@ -80,35 +80,59 @@ std::vector<size_t> split_chunks(std::span<const uint8_t> data, const ChunkerPar
 }
 
 ChunkReader::ChunkReader(int fd, const ChunkerParams& params)
-    : fd_(fd), params_(params), buffer_(size_t(params.max_size) * 2) {
+    : fd_(fd), params_(params), owned_(new uint8_t[size_t(params.max_size) * 2]) {
   CB_CHECK(validate_chunker_params(params).ok());
+  buffer_ = std::span<uint8_t>(owned_.get(), size_t(params.max_size) * 2);
+}
+
+ChunkReader::ChunkReader(int fd, const ChunkerParams& params, std::span<uint8_t> buffer)
+    : fd_(fd), params_(params), buffer_(buffer) {
+  CB_CHECK(validate_chunker_params(params).ok());
+  CB_CHECK(buffer.size() >= size_t(params.max_size) * 2);
+}
+
+Status ChunkReader::fill() {
+  if (begin_ > 0) {
+    memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  while (!eof_ && end_ < buffer_.size()) {
+    ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      std::string msg = std::string("read: ") + strerror(err);
+      return err == EACCES ? permission_denied(msg) : internal_error(msg);
+    }
+    if (got == 0) eof_ = true;
+    end_ += size_t(got);
+  }
+  return ok_status();
 }
 
 Result<std::span<const uint8_t>> ChunkReader::next() {
   // Keep at least max_size bytes ahead of begin_ unless the file ended, as find_cut needs.
-  if (!eof_ && end_ - begin_ < params_.max_size) {
-    if (begin_ > 0) {
-      memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    while (!eof_ && end_ < buffer_.size()) {
-      ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        std::string msg = std::string("read: ") + strerror(err);
-        return err == EACCES ? permission_denied(msg) : internal_error(msg);
-      }
-      if (got == 0) eof_ = true;
-      end_ += size_t(got);
-    }
-  }
+  if (!eof_ && end_ - begin_ < params_.max_size) RETURN_IF_ERROR(fill());
   std::span<const uint8_t> rest(buffer_.data() + begin_, end_ - begin_);
   size_t cut = find_cut(rest, params_);
   begin_ += cut;
   offset_ += cut;
   return rest.first(cut);
+}
+
+Status ChunkReader::next_batch(std::vector<std::span<const uint8_t>>& chunks) {
+  chunks.clear();
+  RETURN_IF_ERROR(fill());
+  // Each cut needs max_size bytes after its start, or the end of the file.
+  while (begin_ < end_ && (eof_ || end_ - begin_ >= params_.max_size)) {
+    std::span<const uint8_t> rest(buffer_.data() + begin_, end_ - begin_);
+    size_t cut = find_cut(rest, params_);
+    chunks.push_back(rest.first(cut));
+    begin_ += cut;
+    offset_ += cut;
+  }
+  return ok_status();
 }
 
 }  // namespace cb::state

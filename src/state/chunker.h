@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -53,13 +54,18 @@ std::vector<size_t> split_chunks(std::span<const uint8_t> data, const ChunkerPar
 // The gear table (README.md §Chunking): splitmix64 from a fixed seed.
 const std::array<uint64_t, 256>& gear_table();
 
-// Reads a file descriptor chunk by chunk. The chunk returned by next() is a view into the
-// reader's buffer, valid until the next call to next() or the reader's destruction.
+// Reads a file descriptor chunk by chunk. The chunks returned by next() or next_batch() are
+// views into the reader's buffer, valid until the next call or the reader's destruction.
 class ChunkReader {
  public:
-  // |fd| is not owned; it is read from its current offset to EOF.
+  // |fd| is not owned; it is read from its current offset to EOF. The reader's own buffer
+  // holds 2 * max_size bytes.
   // REQUIRES: validate_chunker_params(params).ok().
   ChunkReader(int fd, const ChunkerParams& params);
+  // The same in |buffer| (not owned, not read): next_batch() returns at least
+  // buffer.size() - max_size bytes of chunks per call until the file's last ones.
+  // REQUIRES: also buffer.size() >= 2 * params.max_size.
+  ChunkReader(int fd, const ChunkerParams& params, std::span<uint8_t> buffer);
 
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -68,13 +74,22 @@ class ChunkReader {
   // Errors: kInternal / kPermissionDenied from read(2), naming errno.
   Result<std::span<const uint8_t>> next();
 
+  // Replaces |chunks| with the next chunks, consecutive, as many as the buffer holds; none at
+  // the end of the file. The same chunks as calls of next() would give. Errors: as next().
+  Status next_batch(std::vector<std::span<const uint8_t>>& chunks);
+
   // Bytes handed out so far.
   uint64_t offset() const { return offset_; }
 
  private:
+  // Moves the bytes not handed out to the front and reads until the buffer is full or the
+  // file ends.
+  Status fill();
+
   int fd_;
   ChunkerParams params_;
-  std::vector<uint8_t> buffer_;
+  std::unique_ptr<uint8_t[]> owned_;  // the buffer, unless the caller gave one
+  std::span<uint8_t> buffer_;
   size_t begin_ = 0;  // first byte not yet handed out
   size_t end_ = 0;    // one past the last byte read
   bool eof_ = false;

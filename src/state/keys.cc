@@ -1,10 +1,13 @@
 #include "state/keys.h"
 
+#include "base/check.h"
 #include "crypto/blake2b.h"
+#include "crypto/blake2b_many.h"
 #include "crypto/bytes.h"
 #include "crypto/hash.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace cb::state {
 
@@ -46,6 +49,17 @@ ChunkId StateKeys::chunk_id(std::span<const uint8_t> plaintext) const {
 
 ChunkId StateKeys::chunk_id(std::string_view plaintext) const {
   return ChunkId{crypto::blake2b_256(chunk_id_.bytes(), plaintext)};
+}
+
+void StateKeys::chunk_ids(std::span<const std::span<const uint8_t>> plaintexts,
+                          std::span<ChunkId> out) const {
+  CB_CHECK(out.size() == plaintexts.size());
+  std::vector<std::string_view> views;
+  views.reserve(plaintexts.size());
+  for (const auto& p : plaintexts) views.push_back(crypto::char_view(p));
+  std::vector<crypto::Blake2b256Digest> digests(plaintexts.size());
+  crypto::blake2b_256_many(chunk_id_.bytes(), views, digests);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = ChunkId{digests[i]};
 }
 
 }  // namespace cb::state

@@ -68,6 +68,10 @@ class StateKeys {
   // The id of the chunk whose plaintext is |plaintext|.
   ChunkId chunk_id(std::span<const uint8_t> plaintext) const;
   ChunkId chunk_id(std::string_view plaintext) const;
+  // out[i] = chunk_id(plaintexts[i]), several hashed at once (crypto/blake2b_many.h).
+  // REQUIRES: out.size() == plaintexts.size().
+  void chunk_ids(std::span<const std::span<const uint8_t>> plaintexts,
+                 std::span<ChunkId> out) const;
 
   const crypto::SymmetricKey& chunk_seal_key() const { return chunk_seal_; }
   const crypto::SymmetricKey& manifest_seal_key() const { return manifest_seal_; }

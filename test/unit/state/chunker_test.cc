@@ -174,5 +174,49 @@ TEST_CASE("ChunkReader: yields the same chunks as split_chunks on the whole file
   CHECK(reader.offset() == data.size());
 }
 
+TEST_CASE("ChunkReader: next_batch() yields the chunks of next(), a buffer at a time",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto data = random_bytes(200000, 6);
+  const std::string path = dir.file("f").string();
+  {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, data.data(), data.size()) == ssize_t(data.size()));
+    ::close(fd);
+  }
+  // The smallest buffer allowed, one of several largest chunks, and one larger than the file.
+  for (size_t buffer_size :
+       {size_t(2 * kSmall.max_size), size_t(7 * kSmall.max_size + 13), data.size() * 2}) {
+    INFO(buffer_size);
+    int fd = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    std::vector<uint8_t> buffer(buffer_size);
+    ChunkReader reader(fd, kSmall, buffer);
+    std::vector<size_t> lengths;
+    std::string joined;
+    std::vector<std::span<const uint8_t>> batch;
+    int batches = 0;
+    while (true) {
+      REQUIRE(reader.next_batch(batch).ok());
+      if (batch.empty()) break;
+      ++batches;
+      size_t bytes = 0;
+      for (auto chunk : batch) {
+        lengths.push_back(chunk.size());
+        bytes += chunk.size();
+        joined.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+      }
+      // Every batch but the file's last one fills the buffer but for less than one chunk.
+      if (reader.offset() < data.size()) CHECK(bytes + kSmall.max_size > buffer_size);
+    }
+    ::close(fd);
+    CHECK(lengths == split_chunks(data, kSmall));
+    CHECK(joined == std::string(data.begin(), data.end()));
+    CHECK(reader.offset() == data.size());
+    CHECK(batches <= int(data.size() / (buffer_size - kSmall.max_size)) + 1);
+  }
+}
+
 }  // namespace
 }  // namespace cb::state
