@@ -5,6 +5,8 @@
 #include "crypto/sealed.h"
 #include "state/zstd_internal.h"
 
+#include <vector>
+
 namespace cb::state {
 
 std::string chunk_additional_data(const ChunkId& id) { return "chunk/" + id.hex(); }
@@ -36,7 +38,8 @@ std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const
                                  chunk_additional_data(id));
 }
 
-Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed) {
+Result<std::string> open_chunk_unchecked(const StateKeys& keys, const ChunkId& id,
+                                         std::string_view sealed) {
   const std::string what = "chunk " + id.hex();
   // Version 1 (random nonce, stored) is what earlier saves wrote: both versions open.
   const bool nonce_stored = !sealed.empty() && uint8_t(sealed[0]) == crypto::kSealVersion;
@@ -66,8 +69,28 @@ Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::st
   } else {
     return data_loss(what + ": unknown codec " + std::to_string(codec));
   }
-  if (keys.chunk_id(plaintext) != id) return data_loss(what + ": content does not match its id");
   return plaintext;
+}
+
+Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed) {
+  ASSIGN_OR_RETURN(std::string plaintext, open_chunk_unchecked(keys, id, sealed));
+  if (keys.chunk_id(plaintext) != id) {
+    return data_loss("chunk " + id.hex() + ": content does not match its id");
+  }
+  return plaintext;
+}
+
+Status check_chunk_ids(const StateKeys& keys, std::span<const ChunkId> ids,
+                       std::span<const std::span<const uint8_t>> plaintexts) {
+  CB_CHECK(ids.size() == plaintexts.size());
+  std::vector<ChunkId> actual(ids.size());
+  keys.chunk_ids(plaintexts, actual);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (actual[i] != ids[i]) {
+      return data_loss("chunk " + ids[i].hex() + ": content does not match its id");
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace cb::state

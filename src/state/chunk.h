@@ -40,6 +40,20 @@ std::string seal_chunk(const StateKeys& keys, const ChunkId& id, std::span<const
 //   decompress within kMaxChunkSize, or decrypts to bytes whose id is not |id|.
 Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::string_view sealed);
 
+// open_chunk() but for its last check, that the plaintext's id is |id|: for a caller that
+// checks many chunks at once with StateKeys::chunk_ids() and check_chunk_ids(), and must do
+// so before it uses a byte of them (a box holding the user's key can seal any bytes under
+// any id). Errors: as open_chunk(), but for the id.
+Result<std::string> open_chunk_unchecked(const StateKeys& keys, const ChunkId& id,
+                                         std::string_view sealed);
+
+// The check open_chunk_unchecked() leaves out, for several chunks at once: ok if
+// keys.chunk_id(plaintexts[i]) == ids[i] for every i, else kDataLoss "chunk <id hex>:
+// content does not match its id" for the first that differs.
+// REQUIRES: ids.size() == plaintexts.size().
+Status check_chunk_ids(const StateKeys& keys, std::span<const ChunkId> ids,
+                       std::span<const std::span<const uint8_t>> plaintexts);
+
 // The additional data a chunk is sealed with: "chunk/" + id.hex().
 std::string chunk_additional_data(const ChunkId& id);
 

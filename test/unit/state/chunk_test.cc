@@ -182,5 +182,46 @@ TEST_CASE("open_chunk: tampered, swapped, truncated or foreign chunks are kDataL
   }
 }
 
+TEST_CASE(
+    "open_chunk: other bytes sealed under an id are kDataLoss; the unchecked form leaves "
+    "that to check_chunk_ids()",
+    "[state][unit]") {
+  StateKeys keys(key_from(1));
+  const std::string plain_a = "the bytes the id names";
+  const std::string plain_b = "other bytes, sealed under a's id";
+  const ChunkId a = keys.chunk_id(plain_a);
+  const ChunkId b = keys.chunk_id(plain_b);
+  // Only a holder of the user's key can do this: it authenticates.
+  const std::string forged = seal_chunk(keys, a, crypto::byte_view(plain_b));
+  Result<std::string> opened = open_chunk(keys, a, forged);
+  REQUIRE(!opened.ok());
+  CHECK(opened.status().code() == Code::kDataLoss);
+  CHECK(std::string(opened.status().message()) ==
+        "chunk " + a.hex() + ": content does not match its id");
+
+  Result<std::string> unchecked = open_chunk_unchecked(keys, a, forged);
+  REQUIRE(unchecked.ok());
+  CHECK(*unchecked == plain_b);
+  // Batches of every size the lanes take, with the forged one at each position.
+  for (size_t n : {1, 2, 5, 9, 20}) {
+    for (size_t bad = 0; bad < n; ++bad) {
+      INFO("batch of " << n << ", forged at " << bad);
+      std::vector<std::string> plains;
+      std::vector<ChunkId> ids;
+      for (size_t i = 0; i < n; ++i) {
+        plains.push_back(std::string(100 + 700 * i, char('a' + i)));
+        ids.push_back(keys.chunk_id(plains.back()));
+      }
+      std::vector<std::span<const uint8_t>> views;
+      for (const std::string& p : plains) views.push_back(crypto::byte_view(p));
+      CHECK(check_chunk_ids(keys, ids, views).ok());
+      ids[bad] = b;
+      Status s = check_chunk_ids(keys, ids, views);
+      CHECK(s.code() == Code::kDataLoss);
+      CHECK(std::string(s.message()) == "chunk " + b.hex() + ": content does not match its id");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cb::state

@@ -1,4 +1,5 @@
 #include "base/clock.h"
+#include "crypto/bytes.h"
 #include "crypto/random.h"
 #include "state/chunk.h"
 #include "state/fs_store.h"
@@ -302,6 +303,10 @@ TEST_CASE("restore: a tampered or missing chunk is kDataLoss naming the file", "
   SECTION("deleted") {
     std::vector<std::string> keys = {key};
     REQUIRE(w.store->delete_batch(keys).ok());
+  }
+  SECTION("other bytes sealed under its id (a box holding the key can do that)") {
+    const std::string other(big->chunks[1].size, 'x');
+    REQUIRE(w.store->put(key, seal_chunk(w.keys, victim, crypto::byte_view(other))).ok());
   }
   auto target = w.restore(*w.store, w.box, saved->record.snapshot_id, "restored");
   REQUIRE(!target.ok());
