@@ -44,6 +44,24 @@ uint64_t load64(const uint8_t* p) {
 
 uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
 
+// The 12 rounds of F: G on the columns, then on the diagonals, of the 4x4 working vector,
+// with the message words in the round's order. |g| mixes v[a], v[b], v[c], v[d] with the two
+// words; M is a word, or a SIMD register of one word per lane. Always inlined, so |g| (the
+// SIMD ones carry their target attribute) inlines into the caller's target too.
+template <typename M, typename G>
+[[gnu::always_inline]] inline void rounds(const M (&m)[16], G& g) {
+  for (const auto& s : kSigma) {
+    g(0, 4, 8, 12, m[s[0]], m[s[1]]);
+    g(1, 5, 9, 13, m[s[2]], m[s[3]]);
+    g(2, 6, 10, 14, m[s[4]], m[s[5]]);
+    g(3, 7, 11, 15, m[s[6]], m[s[7]]);
+    g(0, 5, 10, 15, m[s[8]], m[s[9]]);
+    g(1, 6, 11, 12, m[s[10]], m[s[11]]);
+    g(2, 7, 8, 13, m[s[12]], m[s[13]]);
+    g(3, 4, 9, 14, m[s[14]], m[s[15]]);
+  }
+}
+
 // F on one message: |t| is the byte count including this block (messages here stay far
 // below 2^64 bytes, so the counter's high word is 0).
 void compress(uint64_t h[8], const uint8_t* block, uint64_t t, bool last) {
@@ -65,16 +83,7 @@ void compress(uint64_t h[8], const uint8_t* block, uint64_t t, bool last) {
     v[c] = v[c] + v[d];
     v[b] = rotr(v[b] ^ v[c], 63);
   };
-  for (const auto& s : kSigma) {
-    g(0, 4, 8, 12, m[s[0]], m[s[1]]);
-    g(1, 5, 9, 13, m[s[2]], m[s[3]]);
-    g(2, 6, 10, 14, m[s[4]], m[s[5]]);
-    g(3, 7, 11, 15, m[s[6]], m[s[7]]);
-    g(0, 5, 10, 15, m[s[8]], m[s[9]]);
-    g(1, 6, 11, 12, m[s[10]], m[s[11]]);
-    g(2, 7, 8, 13, m[s[12]], m[s[13]]);
-    g(3, 4, 9, 14, m[s[14]], m[s[15]]);
-  }
+  rounds(m, g);
   for (int i = 0; i < 8; ++i) h[i] ^= v[i] ^ v[i + 8];
 }
 
@@ -118,16 +127,7 @@ __attribute__((target("avx2"))) void compress_x4(uint64_t h[8][4], const uint8_t
     const __m256i bc = _mm256_xor_si256(v[b], v[c]);
     v[b] = _mm256_or_si256(_mm256_srli_epi64(bc, 63), _mm256_add_epi64(bc, bc));
   };
-  for (const auto& s : kSigma) {
-    g(0, 4, 8, 12, m[s[0]], m[s[1]]);
-    g(1, 5, 9, 13, m[s[2]], m[s[3]]);
-    g(2, 6, 10, 14, m[s[4]], m[s[5]]);
-    g(3, 7, 11, 15, m[s[6]], m[s[7]]);
-    g(0, 5, 10, 15, m[s[8]], m[s[9]]);
-    g(1, 6, 11, 12, m[s[10]], m[s[11]]);
-    g(2, 7, 8, 13, m[s[12]], m[s[13]]);
-    g(3, 4, 9, 14, m[s[14]], m[s[15]]);
-  }
+  rounds(m, g);
   for (int i = 0; i < 8; ++i) {
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h[i]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(h[i]),
@@ -167,16 +167,7 @@ __attribute__((target("avx512f"))) void compress_x8(uint64_t h[8][8], const uint
     v[c] = _mm512_add_epi64(v[c], v[d]);
     v[b] = _mm512_ror_epi64(_mm512_xor_si512(v[b], v[c]), 63);
   };
-  for (const auto& s : kSigma) {
-    g(0, 4, 8, 12, m[s[0]], m[s[1]]);
-    g(1, 5, 9, 13, m[s[2]], m[s[3]]);
-    g(2, 6, 10, 14, m[s[4]], m[s[5]]);
-    g(3, 7, 11, 15, m[s[6]], m[s[7]]);
-    g(0, 5, 10, 15, m[s[8]], m[s[9]]);
-    g(1, 6, 11, 12, m[s[10]], m[s[11]]);
-    g(2, 7, 8, 13, m[s[12]], m[s[13]]);
-    g(3, 4, 9, 14, m[s[14]], m[s[15]]);
-  }
+  rounds(m, g);
   for (int i = 0; i < 8; ++i) {
     _mm512_storeu_si512(
         h[i], _mm512_xor_si512(_mm512_loadu_si512(h[i]), _mm512_xor_si512(v[i], v[i + 8])));

@@ -1,8 +1,10 @@
 #include "state/save.h"
 
 #include "state/chunk.h"
+#include "state/workers_internal.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace cb::state {
 
@@ -18,40 +20,16 @@ StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string 
                                int put_threads)
     : store_(store), keys_(keys), user_(std::move(user)) {
   if (put_threads <= 1) return;
-  max_queued_ = size_t(put_threads) * 2;
-  for (int i = 0; i < put_threads; ++i) {
-    threads_.emplace_back([this] {
-      // One waiter woken per event (notify_one on three condition variables): with 8 put
-      // threads on 2 cores, waking every thread for every chunk cost more CPU in futex and
-      // scheduler work than BLAKE2b (perf, 2026-11-30 18:30).
-      std::unique_lock lock(mu_);
-      while (true) {
-        work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and nothing left
-        Put put = std::move(queue_.front());
-        queue_.pop_front();
-        room_cv_.notify_one();  // room in the queue
-        const bool failed = !first_error_.ok();
-        lock.unlock();
-        // Compressing and sealing is most of a save's CPU: here it runs on every put thread
-        // instead of the scanning one, which only chunks and hashes.
-        Status s = ok_status();
-        size_t sealed_size = 0;
-        if (!failed) {
-          const std::string sealed = seal_chunk(keys_, put.id, as_bytes(put.plaintext));
-          sealed_size = sealed.size();
-          s = store_.put_deferred(put.key, sealed);
-        }
-        lock.lock();
-        if (!s.ok() && first_error_.ok()) {
-          first_error_ = s;
-          room_cv_.notify_all();  // add() returns the error
-        }
-        if (s.ok()) added_stored_bytes_ += sealed_size;
-        if (--in_flight_ == 0) done_cv_.notify_all();
-      }
-    });
-  }
+  // Compressing and sealing is most of a save's CPU: it runs on the put threads, not on the
+  // reading ones, which only chunk and hash.
+  putters_ = std::make_unique<internal::Workers<Put>>(
+      put_threads, size_t(put_threads) * 2, [this](Put& put) {
+        const std::string sealed = seal_chunk(keys_, put.id, as_bytes(put.plaintext));
+        RETURN_IF_ERROR(store_.put_deferred(put.key, sealed));
+        std::lock_guard lock(mu_);
+        added_stored_bytes_ += sealed.size();
+        return ok_status();
+      });
 }
 
 StoreChunkSink::~StoreChunkSink() { (void)stop_threads(); }
@@ -74,21 +52,16 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   auto size = store_.stat(key);
   if (size.ok()) return ok_status();
   if (size.status().code() != Code::kNotFound) return size.status();
-  if (threads_.empty()) {
+  if (putters_ == nullptr) {
     const std::string sealed = seal_chunk(keys_, id, plaintext);
     RETURN_IF_ERROR(store_.put_deferred(key, sealed));
     std::lock_guard lock(mu_);
     added_stored_bytes_ += sealed.size();
   } else {
-    // The plaintext is the scanner's buffer, valid only during this call: the put thread
+    // The plaintext is the reader's buffer, valid only during this call: the put thread
     // gets a copy to seal.
     std::string copy(reinterpret_cast<const char*>(plaintext.data()), plaintext.size());
-    std::unique_lock lock(mu_);
-    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || !first_error_.ok(); });
-    if (!first_error_.ok()) return first_error_;
-    queue_.push_back(Put{key, id, std::move(copy)});
-    ++in_flight_;
-    work_cv_.notify_one();
+    RETURN_IF_ERROR(putters_->submit(Put{key, id, std::move(copy)}));
   }
   std::lock_guard lock(mu_);
   ++added_chunks_;
@@ -97,17 +70,8 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
 }
 
 Status StoreChunkSink::stop_threads() {
-  if (threads_.empty()) return first_error_;
-  {
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return in_flight_ == 0; });
-    stopping_ = true;
-    work_cv_.notify_all();
-  }
-  for (std::thread& t : threads_) t.join();
-  threads_.clear();
-  std::lock_guard lock(mu_);
-  return first_error_;
+  if (putters_ == nullptr) return ok_status();
+  return putters_->finish();
 }
 
 Status StoreChunkSink::finish() {

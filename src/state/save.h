@@ -27,15 +27,18 @@
 #include "state/snapshot.h"
 #include "state/store.h"
 
-#include <condition_variable>
-#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
 namespace cb::state {
+
+namespace internal {
+template <typename Job>
+class Workers;
+}  // namespace internal
 
 struct SaveOptions {
   ScanOptions scan;
@@ -117,19 +120,12 @@ class StoreChunkSink final : public ChunkSink {
     ChunkId id;
     std::string plaintext;
   };
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // a put queued, or stopping
-  std::condition_variable room_cv_;  // room in the queue, or an error
-  std::condition_variable done_cv_;  // in_flight_ reached 0
-  std::deque<Put> queue_;            // guarded by mu_
-  size_t in_flight_ = 0;             // queued or being put; guarded by mu_
-  bool stopping_ = false;            // guarded by mu_
-  Status first_error_;               // guarded by mu_
-  std::vector<std::thread> threads_;
-  size_t max_queued_ = 0;
+  std::mutex mu_;  // guards known_ and the counts: add() runs on several threads
   uint64_t added_chunks_ = 0;
   uint64_t added_bytes_ = 0;
-  uint64_t added_stored_bytes_ = 0;  // guarded by mu_ while put threads run
+  uint64_t added_stored_bytes_ = 0;
+  // None with put_threads <= 1. Last: its threads stop before the rest is destroyed.
+  std::unique_ptr<internal::Workers<Put>> putters_;
 };
 
 }  // namespace cb::state

@@ -1,8 +1,8 @@
 #include "state/scanner.h"
 
+#include "state/workers_internal.h"
+
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +13,10 @@
 #include <pwd.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <thread>
 #include <time.h>
 #include <unistd.h>
 #include <unordered_map>
+#include <utility>
 
 namespace cb::state {
 
@@ -45,6 +45,11 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
   int get() const { return fd_; }
 
  private:
@@ -54,85 +59,9 @@ class Fd {
 // A regular file to read, opened by the walk: the walk's directory descriptors do not outlive
 // it, the file's does.
 struct FileJob {
-  int fd = -1;  // owned: closed by whoever takes the job
+  Fd fd;
   std::string path;
   std::string os_path;
-};
-
-// Runs jobs on |n| threads of its own; at most 2n wait, so the walk keeps at most that many
-// files open ahead of the readers. After a job fails, the rest are closed unread.
-class Readers {
- public:
-  template <typename Read>
-  Readers(int n, Read read) : max_queued_(size_t(n) * 2) {
-    for (int i = 0; i < n; ++i) {
-      threads_.emplace_back([this, read] {
-        std::unique_lock lock(mu_);
-        while (true) {
-          work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-          if (queue_.empty()) return;
-          FileJob job = std::move(queue_.front());
-          queue_.pop_front();
-          room_cv_.notify_one();
-          const bool failed = !first_error_.ok();
-          lock.unlock();
-          Status s = ok_status();
-          if (failed) {
-            ::close(job.fd);
-          } else {
-            s = read(job);
-          }
-          lock.lock();
-          if (!s.ok() && first_error_.ok()) first_error_ = s;
-          if (--pending_ == 0) idle_cv_.notify_all();
-        }
-      });
-    }
-  }
-  ~Readers() { (void)finish(); }
-  Readers(const Readers&) = delete;
-  Readers& operator=(const Readers&) = delete;
-
-  // Errors: a failed job's, instead of queueing |job| (then closed).
-  Status submit(FileJob job) {
-    std::unique_lock lock(mu_);
-    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || !first_error_.ok(); });
-    if (!first_error_.ok()) {
-      ::close(job.fd);
-      return first_error_;
-    }
-    queue_.push_back(std::move(job));
-    ++pending_;
-    work_cv_.notify_one();
-    return ok_status();
-  }
-
-  // Waits for every job and stops the threads. Errors: the first failed job's.
-  Status finish() {
-    {
-      std::unique_lock lock(mu_);
-      idle_cv_.wait(lock, [&] { return pending_ == 0; });
-      stopping_ = true;
-      work_cv_.notify_all();
-    }
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-    std::lock_guard lock(mu_);
-    return first_error_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // a job queued, or stopping
-  std::condition_variable room_cv_;  // room in the queue, or a job failed
-  std::condition_variable idle_cv_;  // pending_ fell to 0
-  const size_t max_queued_;
-  // Guarded by mu_:
-  std::deque<FileJob> queue_;
-  size_t pending_ = 0;  // queued or being read
-  bool stopping_ = false;
-  Status first_error_;
-  std::vector<std::thread> threads_;
 };
 
 class Scanner {
@@ -141,8 +70,10 @@ class Scanner {
           ChunkSink& sink)
       : options_(options), previous_(previous), keys_(keys), sink_(sink) {
     if (options_.read_threads > 1) {
-      readers_ = std::make_unique<Readers>(options_.read_threads,
-                                           [this](const FileJob& job) { return read_file(job); });
+      // At most 2n files wait, so the walk keeps that many open ahead of the readers.
+      readers_ = std::make_unique<internal::Workers<FileJob>>(
+          options_.read_threads, size_t(options_.read_threads) * 2,
+          [this](FileJob& job) { return read_file(job); });
     }
   }
 
@@ -340,7 +271,7 @@ class Scanner {
       note(os_path + ": " + strerror(errno) + ", skipped");
       return ok_status();
     }
-    FileJob job{fd, path, os_path};
+    FileJob job{Fd(fd), path, os_path};
     if (readers_ != nullptr) return readers_->submit(std::move(job));
     return read_file(job);
   }
@@ -367,11 +298,10 @@ class Scanner {
   // Reads, chunks and hashes the open file of |job| (and closes it), passing its chunks to
   // the sink, and adds its entry.
   Status read_file(const FileJob& job) {
-    Fd file(job.fd);
     Buffer buffer = take_buffer();
     std::vector<std::span<const uint8_t>> batch;
     std::vector<ChunkId> ids;
-    const int fd = job.fd;
+    const int fd = job.fd.get();
     const std::string& os_path = job.os_path;
     for (int attempt = 1;; ++attempt) {
       struct stat before;
@@ -433,7 +363,8 @@ class Scanner {
   std::unordered_map<uint32_t, std::string> users_;   // guarded by mu_
   std::unordered_map<uint32_t, std::string> groups_;  // guarded by mu_
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;   // free reading buffers; guarded by mu_
-  std::unique_ptr<Readers> readers_;  // last: its threads stop before the rest is destroyed
+  // Last: its threads stop before the rest is destroyed.
+  std::unique_ptr<internal::Workers<FileJob>> readers_;
 };
 
 }  // namespace
