@@ -48,6 +48,8 @@ constexpr std::string_view kUrlsPath = "/cocoonbox.state/v1/urls";
 constexpr size_t kIdsPerRequest = 2048;
 // A save keeps at most this many plaintext bytes of new chunks before it asks the door.
 constexpr size_t kPendingBytes = 32u << 20;
+// Chunks sealed and uploaded at once by a save, each thread on its own connection.
+constexpr size_t kUploaders = 3;
 constexpr size_t kManifestPart = 1u << 20;
 constexpr auto kRequestTimeout = std::chrono::minutes(2);
 // The manifest root of agent.db's copy (quiesced saves): "agent/agent.db".
@@ -141,6 +143,12 @@ class JobHttp {
       : door_socket_(std::move(door_socket)),
         ticket_(std::move(ticket)),
         ca_pem_(std::move(ca_pem)) {}
+
+  // Another client for the same door, ticket and roots, with its own connections: a JobHttp
+  // serves one thread, so each uploading thread has its own.
+  std::unique_ptr<JobHttp> another() const {
+    return std::make_unique<JobHttp>(door_socket_, ticket_, ca_pem_);
+  }
 
   // |url| is a door target ("/cocoonbox.state/...") or "http(s)://host[:port]/path".
   Result<std::string> request(const std::string& method, const std::string& url, std::string body,
@@ -309,19 +317,13 @@ class UploadSink final : public state::ChunkSink {
     ids.reserve(pending_.size());
     for (const auto& p : pending_) ids.push_back(p.id);
     ASSIGN_OR_RETURN(auto urls, ask_urls(http_, "put", ids));
+    std::vector<Upload> todo;
     for (const auto& p : pending_) {
-      if (progress_.cancel.load()) return cancelled("the caller went away");
       auto it = urls.find(p.id.hex());
       if (it == urls.end()) continue;  // the store has it (another box of the user saved it)
-      const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
-      std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
-      RETURN_IF_ERROR(http_.request("PUT", it->second, sealed, "chunk upload").status());
-      ++uploaded_chunks_;
-      uploaded_bytes_ += p.plaintext.size();
-      uploaded_stored_bytes_ += sealed.size();
-      ++progress_.chunks;
-      progress_.chunk_bytes += sealed.size();
+      todo.push_back(Upload{&p, &it->second});
     }
+    RETURN_IF_ERROR(upload(todo));
     pending_.clear();
     pending_bytes_ = 0;
     return ok_status();
@@ -336,7 +338,56 @@ class UploadSink final : public state::ChunkSink {
     state::ChunkId id;
     std::string plaintext;
   };
+  struct Upload {
+    const Pending* chunk;
+    const std::string* url;
+  };
+
+  // Seals and PUTs |todo| on up to kUploaders threads, each with its own connection. One at
+  // a time, sealing (CPU) and the PUT (a wait on the store) alternated and left a third of
+  // the machine idle: a first save of the state bench's tree through a box took 10.9-12.9 s.
+  Status upload(const std::vector<Upload>& todo) {
+    const size_t threads = std::min(kUploaders, todo.size());
+    while (threads > 1 && more_http_.size() + 1 < threads) more_http_.push_back(http_.another());
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    Status first = ok_status();  // guarded by mu
+    auto run = [&](JobHttp& http) {
+      for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+        {
+          std::lock_guard lock(mu);
+          if (!first.ok()) return;
+          if (progress_.cancel.load()) {
+            first = cancelled("the caller went away");
+            return;
+          }
+        }
+        const Pending& p = *todo[i].chunk;
+        const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
+        std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
+        const size_t sealed_size = sealed.size();
+        Status put = http.request("PUT", *todo[i].url, std::move(sealed), "chunk upload").status();
+        std::lock_guard lock(mu);
+        if (!put.ok()) {
+          if (first.ok()) first = put;
+          return;
+        }
+        ++uploaded_chunks_;
+        uploaded_bytes_ += p.plaintext.size();
+        uploaded_stored_bytes_ += sealed_size;
+        ++progress_.chunks;
+        progress_.chunk_bytes += sealed_size;
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back([&, t] { run(*more_http_[t - 1]); });
+    run(http_);
+    for (std::thread& t : helpers) t.join();
+    return first;
+  }
+
   JobHttp& http_;
+  std::vector<std::unique_ptr<JobHttp>> more_http_;  // the other uploading threads'
   const state::StateKeys& keys_;
   Progress& progress_;
   std::unordered_set<state::ChunkId, state::ChunkIdHash> known_;

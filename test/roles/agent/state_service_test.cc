@@ -19,6 +19,7 @@
 #include "db/database.h"
 #include "grpc/client.h"
 #include "http/server.h"
+#include "state/chunk.h"
 #include "state/fs_store.h"
 #include "state/manifest.h"
 #include "state/snapshot.h"
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +65,11 @@ class Door {
     return ok_status();
   }
   asio::awaitable<void> stop() { co_await server_->shutdown(net::after(2s)); }
+  // The |n|th chunk PUT from now on answers 500 (0: none does).
+  void fail_put(int n) {
+    puts_ = 0;
+    fail_put_at_ = n;
+  }
   static std::string url(const std::string& key) { return "/obj?k=" + key; }
 
  private:
@@ -95,6 +102,10 @@ class Door {
     const std::string key = target.substr(target.find("?k=") + 3);
     if (req.head().method == "PUT") {
       std::string data = co_await body(req);
+      if (++puts_ == fail_put_at_) {
+        (void)co_await http::respond(req, 500, "text/plain", "injected failure");
+        co_return;
+      }
       Status st = store_.put(key, data);
       (void)co_await http::respond(req, st.ok() ? 200 : 500, "text/plain", st.to_string());
       co_return;
@@ -110,6 +121,8 @@ class Door {
   state::Store& store_;
   http::Router router_;
   std::unique_ptr<http::Server> server_;
+  int puts_ = 0;  // the door runs on the test's one executor thread
+  int fail_put_at_ = 0;
 };
 
 struct World {
@@ -292,6 +305,63 @@ TEST_CASE("State.Save quiesced waits for the running turn, then saves agent.db's
   const std::string transcript(items->column_text(0));
   CHECK(transcript.find("remember the quiesce test") != std::string::npos);
   CHECK(transcript.find("the quiesced answer") != std::string::npos);
+}
+
+TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT fails the save",
+          "[agent][state][integration]") {
+  World w;
+  cb::test::FakeGateway gw(w.s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  // 60 small files and a 2 MiB one: about 90 chunks, so every uploading thread has work.
+  for (int i = 0; i < 60; ++i) {
+    std::ofstream(w.s.dir.path() / "home" / ("f" + std::to_string(i)))
+        << std::string(3000 + i, char('a' + i % 26)) << i;
+  }
+  {
+    std::string big(2u << 20, '\0');
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (char& c : big) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      c = char(x);
+    }
+    std::ofstream(w.s.dir.path() / "ws" / "big.bin", std::ios::binary) << big;
+  }
+  const std::string credential = w.s.credential();
+  SaveCall failed, saved;
+  with_agent(w.config(gw, 60s), [&](Agent& agent) -> asio::awaitable<void> {
+    auto exec = co_await asio::this_coro::executor;
+    Door door(exec, *w.store);
+    if (!door.listen((w.s.dir.path() / "door.sock").string()).ok()) co_return;
+    auto channel = channel_to(agent, exec);
+    door.fail_put(20);
+    v1::SaveRequest first;
+    *first.mutable_access() = w.access();
+    failed = co_await call_save(channel, credential, std::move(first));
+    door.fail_put(0);
+    v1::SaveRequest second;
+    *second.mutable_access() = w.access();
+    saved = co_await call_save(channel, credential, std::move(second));
+    channel->close();
+    co_await door.stop();
+  });
+  CHECK(failed.status.code() != Code::kOk);
+  CHECK(std::string(failed.status.message()).find("injected failure") != std::string::npos);
+  REQUIRE(saved.status == ok_status());
+  REQUIRE(saved.done.has_value());
+  auto manifest = state::decode_manifest(saved.manifest);
+  REQUIRE(manifest.status() == ok_status());
+  // Every chunk the manifest names is in the store, whole: it opens under its id.
+  state::StateKeys keys(*crypto::SymmetricKey::from_bytes(w.state_key));
+  const std::vector<state::ChunkId> ids = state::referenced_chunks(*manifest);
+  CHECK(ids.size() > 80);
+  for (const auto& id : ids) {
+    auto sealed = w.store->get(state::chunk_key(std::string(kUser), id));
+    REQUIRE(sealed.status() == ok_status());
+    CHECK(state::open_chunk(keys, id, *sealed).ok());
+  }
+  // The failed save had stored some: the second uploaded only the rest.
+  CHECK(saved.done->uploaded_chunks() > 0);
+  CHECK(saved.done->uploaded_chunks() + 19 <= ids.size());
 }
 
 TEST_CASE("State.Save quiesced refuses while a turn still runs after the quiesce timeout",
