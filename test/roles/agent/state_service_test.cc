@@ -31,6 +31,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -362,6 +364,61 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
   // The failed save had stored some: the second uploaded only the rest.
   CHECK(saved.done->uploaded_chunks() > 0);
   CHECK(saved.done->uploaded_chunks() + 19 <= ids.size());
+
+  // Committed (the api's part, done here with the library), then restored whole onto a fresh
+  // machine: the restore fetches those chunks on its fetch threads, each with its own client.
+  const state::BoxLocation location{std::string(kUser), std::string(kBoxSeg)};
+  state::Record record;
+  record.snapshot_id = "20261201T120000.000Z-0000beef";
+  record.box = std::string(kBoxSeg);
+  record.saved_at_ms = 1'800'000'000'000;
+  REQUIRE(
+      state::commit_snapshot(*w.store, keys, location, *manifest, record, crypto::system_random())
+          .status() == ok_status());
+  const auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(w.s.dir.path() / "home")) {
+    if (e.is_regular_file()) before[e.path().filename().string()] = read(e.path());
+  }
+  before["big.bin"] = read(w.s.dir.path() / "ws" / "big.bin");
+  std::filesystem::remove_all(w.s.dir.path() / "home");
+  std::filesystem::remove_all(w.s.dir.path() / "ws");
+  std::filesystem::create_directories(w.s.dir.path() / "home");
+  std::filesystem::create_directories(w.s.dir.path() / "ws");
+  Status restored = internal_error("not run");
+  with_agent(w.config(gw, 60s), [&](Agent& agent) -> asio::awaitable<void> {
+    auto exec = co_await asio::this_coro::executor;
+    Door door(exec, *w.store);
+    if (!door.listen((w.s.dir.path() / "door.sock").string()).ok()) co_return;
+    auto channel = channel_to(agent, exec);
+    v1::State::Stub state_stub(channel);
+    v1::RestoreRequest req;
+    *req.mutable_access() = w.access();
+    req.set_snapshot_id(record.snapshot_id);
+    req.set_manifest_url(Door::url(state::manifest_key(location, record.snapshot_id)));
+    req.set_whole(true);
+    auto reader = co_await state_stub.Restore(req, call_options_with(one(credential), 60s));
+    if (reader.ok()) {
+      while (auto msg = co_await reader->read()) {
+      }
+      restored = co_await reader->finish();
+    } else {
+      restored = reader.status();
+    }
+    channel->close();
+    co_await door.stop();
+  });
+  REQUIRE(restored == ok_status());
+  std::map<std::string, std::string> after;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(w.s.dir.path() / "home")) {
+    if (e.is_regular_file()) after[e.path().filename().string()] = read(e.path());
+  }
+  after["big.bin"] = read(w.s.dir.path() / "ws" / "big.bin");
+  CHECK(after.size() == 61);
+  CHECK(after == before);
 }
 
 TEST_CASE("State.Save quiesced refuses while a turn still runs after the quiesce timeout",
