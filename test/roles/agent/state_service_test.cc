@@ -166,6 +166,33 @@ struct World {
   }
 };
 
+// The api's commit of |manifest| as snapshot |snapshot_id|, done here with the library: the
+// manifest, record, timeline and head.
+void commit_with_library(World& w, const state::Manifest& manifest, const std::string& snapshot_id,
+                         bool quiesced) {
+  state::StateKeys keys(*crypto::SymmetricKey::from_bytes(w.state_key));
+  state::Record record;
+  record.snapshot_id = snapshot_id;
+  record.box = std::string(kBoxSeg);
+  record.saved_at_ms = 1'800'000'000'000;
+  record.quiesced = quiesced;
+  const state::BoxLocation location{std::string(kUser), std::string(kBoxSeg)};
+  REQUIRE(
+      state::commit_snapshot(*w.store, keys, location, manifest, record, crypto::system_random())
+          .status() == ok_status());
+}
+
+// A fresh machine for the same box: new, empty home and workspace (and data dir if
+// |with_data|).
+void fresh_machine(World& w, bool with_data) {
+  const auto dir = w.s.dir.path();
+  if (with_data) std::filesystem::remove_all(dir / "data");
+  for (const char* d : {"home", "ws"}) {
+    std::filesystem::remove_all(dir / d);
+    std::filesystem::create_directories(dir / d);
+  }
+}
+
 std::shared_ptr<grpc::Channel> channel_to(const Agent& agent, const net::Executor& executor) {
   grpc::ChannelOptions options;
   options.dial.unix_path = agent.socket_path();
@@ -195,6 +222,24 @@ asio::awaitable<SaveCall> call_save(std::shared_ptr<grpc::Channel> channel,
   }
   out.status = co_await reader->finish();
   co_return out;
+}
+
+// State.Restore of the whole snapshot |snapshot_id| (committed with commit_with_library()).
+asio::awaitable<Status> call_restore_whole(std::shared_ptr<grpc::Channel> channel,
+                                           const std::string& credential, v1::StateAccess access,
+                                           std::string snapshot_id) {
+  const state::BoxLocation location{std::string(kUser), std::string(kBoxSeg)};
+  v1::State::Stub state_stub(std::move(channel));
+  v1::RestoreRequest req;
+  *req.mutable_access() = std::move(access);
+  req.set_snapshot_id(snapshot_id);
+  req.set_manifest_url(Door::url(state::manifest_key(location, snapshot_id)));
+  req.set_whole(true);
+  auto reader = co_await state_stub.Restore(req, call_options_with(one(credential), 60s));
+  if (!reader.ok()) co_return reader.status();
+  while (auto msg = co_await reader->read()) {
+  }
+  co_return co_await reader->finish();
 }
 
 // Polls List until the agent's last turn is in |state| (or 600 polls pass).
@@ -367,14 +412,8 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
 
   // Committed (the api's part, done here with the library), then restored whole onto a fresh
   // machine: the restore fetches those chunks on its fetch threads, each with its own client.
-  const state::BoxLocation location{std::string(kUser), std::string(kBoxSeg)};
-  state::Record record;
-  record.snapshot_id = "20261201T120000.000Z-0000beef";
-  record.box = std::string(kBoxSeg);
-  record.saved_at_ms = 1'800'000'000'000;
-  REQUIRE(
-      state::commit_snapshot(*w.store, keys, location, *manifest, record, crypto::system_random())
-          .status() == ok_status());
+  const std::string snapshot_id = "20261201T120000.000Z-0000beef";
+  commit_with_library(w, *manifest, snapshot_id, false);
   const auto read = [](const std::filesystem::path& p) {
     std::ifstream in(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -384,30 +423,15 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
     if (e.is_regular_file()) before[e.path().filename().string()] = read(e.path());
   }
   before["big.bin"] = read(w.s.dir.path() / "ws" / "big.bin");
-  std::filesystem::remove_all(w.s.dir.path() / "home");
-  std::filesystem::remove_all(w.s.dir.path() / "ws");
-  std::filesystem::create_directories(w.s.dir.path() / "home");
-  std::filesystem::create_directories(w.s.dir.path() / "ws");
+  fresh_machine(w, false);
   Status restored = internal_error("not run");
   with_agent(w.config(gw, 60s), [&](Agent& agent) -> asio::awaitable<void> {
     auto exec = co_await asio::this_coro::executor;
     Door door(exec, *w.store);
     if (!door.listen((w.s.dir.path() / "door.sock").string()).ok()) co_return;
     auto channel = channel_to(agent, exec);
-    v1::State::Stub state_stub(channel);
-    v1::RestoreRequest req;
-    *req.mutable_access() = w.access();
-    req.set_snapshot_id(record.snapshot_id);
-    req.set_manifest_url(Door::url(state::manifest_key(location, record.snapshot_id)));
-    req.set_whole(true);
-    auto reader = co_await state_stub.Restore(req, call_options_with(one(credential), 60s));
-    if (reader.ok()) {
-      while (auto msg = co_await reader->read()) {
-      }
-      restored = co_await reader->finish();
-    } else {
-      restored = reader.status();
-    }
+    v1::StateAccess access = w.access();  // named: gcc 12 and temporaries passed to coroutines
+    restored = co_await call_restore_whole(channel, credential, access, snapshot_id);
     channel->close();
     co_await door.stop();
   });
@@ -509,29 +533,14 @@ TEST_CASE("A whole restore puts a quiesced save's agent.db into a fresh agent",
   REQUIRE(saved.done.has_value());
   REQUIRE(saved.done->quiesced());
 
-  // The api's commit, done here with the library: the manifest, record, timeline and head.
   auto manifest = state::decode_manifest(saved.manifest);
   REQUIRE(manifest.status() == ok_status());
-  auto key = crypto::SymmetricKey::from_bytes(w.state_key);
-  REQUIRE(key.status() == ok_status());
-  state::StateKeys keys(*key);
-  const state::BoxLocation location{std::string(kUser), std::string(kBoxSeg)};
-  state::Record record;
-  record.snapshot_id = "20261130T120000.000Z-0000abcd";
-  record.box = std::string(kBoxSeg);
-  record.saved_at_ms = 1'800'000'000'000;
-  record.quiesced = true;
-  auto committed =
-      state::commit_snapshot(*w.store, keys, location, *manifest, record, crypto::system_random());
-  REQUIRE(committed.status() == ok_status());
+  const std::string snapshot_id = "20261130T120000.000Z-0000abcd";
+  commit_with_library(w, *manifest, snapshot_id, true);
 
   // A fresh machine: new home, workspace and data dir; the same box identity.
   Setup& s = w.s;
-  std::filesystem::remove_all(s.dir.path() / "data");
-  std::filesystem::remove_all(s.dir.path() / "home");
-  std::filesystem::remove_all(s.dir.path() / "ws");
-  std::filesystem::create_directories(s.dir.path() / "home");
-  std::filesystem::create_directories(s.dir.path() / "ws");
+  fresh_machine(w, true);
   Status restored = internal_error("not run");
   Result<v1::ListAgentsResponse> list = internal_error("not run");
   Result<v1::TranscriptPage> transcript = internal_error("not run");
@@ -540,20 +549,8 @@ TEST_CASE("A whole restore puts a quiesced save's agent.db into a fresh agent",
     Door door(exec, *w.store);
     if (!door.listen((s.dir.path() / "door.sock").string()).ok()) co_return;
     auto channel = channel_to(agent, exec);
-    v1::State::Stub state_stub(channel);
-    v1::RestoreRequest req;
-    *req.mutable_access() = w.access();
-    req.set_snapshot_id(record.snapshot_id);
-    req.set_manifest_url(Door::url(state::manifest_key(location, record.snapshot_id)));
-    req.set_whole(true);
-    auto reader = co_await state_stub.Restore(req, call_options_with(one(credential), 60s));
-    if (reader.ok()) {
-      while (auto msg = co_await reader->read()) {
-      }
-      restored = co_await reader->finish();
-    } else {
-      restored = reader.status();
-    }
+    v1::StateAccess access = w.access();  // named: gcc 12 and temporaries passed to coroutines
+    restored = co_await call_restore_whole(channel, credential, access, snapshot_id);
     v1::Agents::Stub agents(channel);
     v1::ListAgentsRequest lr;
     list = co_await agents.List(lr, call_options_with(one(credential)));
