@@ -398,9 +398,9 @@ class UploadSink final : public state::ChunkSink {
 
 // A read-only Store over signed GET URLs: exactly the chunks the door handed out.
 // restore_snapshot() fetches on several threads. Each thread gets a client of its own
-// (JobHttp::another()) and keeps it: a JobHttp's pending handlers run on whichever thread
-// next runs its io_context, so no client is ever used from two threads, not even in turn
-// (one shared client under a lock let a fetch resume a freed Http1Client, 9c41778).
+// (JobHttp::another()) and keeps it, so no client is used from two threads, not even in
+// turn: one client shared under a lock crashed on a freed Http1Client resumed on a fetch
+// thread (9c41778; a JobHttp runs its io_context on whichever thread calls it).
 class UrlStore final : public state::Store {
  public:
   UrlStore(JobHttp& http, std::map<std::string, std::string> urls, Progress& progress)
