@@ -293,6 +293,7 @@ class UploadSink final : public state::ChunkSink {
  public:
   UploadSink(JobHttp& http, const state::StateKeys& keys, Progress& progress)
       : http_(http), keys_(keys), progress_(progress) {}
+  ~UploadSink() override { (void)wait_uploader(); }
 
   void add_known(const state::Manifest& m) {
     for (const auto& e : m.entries)
@@ -307,26 +308,14 @@ class UploadSink final : public state::ChunkSink {
     pending_.push_back(
         {id, std::string(reinterpret_cast<const char*>(plaintext.data()), plaintext.size())});
     pending_bytes_ += plaintext.size();
-    if (pending_bytes_ >= kPendingBytes || pending_.size() >= kIdsPerRequest) return flush();
+    if (pending_bytes_ >= kPendingBytes || pending_.size() >= kIdsPerRequest) return hand_off();
     return ok_status();
   }
 
+  // Uploads what is pending and waits for every upload. Errors: the first failed one's.
   Status flush() {
-    if (pending_.empty()) return ok_status();
-    std::vector<state::ChunkId> ids;
-    ids.reserve(pending_.size());
-    for (const auto& p : pending_) ids.push_back(p.id);
-    ASSIGN_OR_RETURN(auto urls, ask_urls(http_, "put", ids));
-    std::vector<Upload> todo;
-    for (const auto& p : pending_) {
-      auto it = urls.find(p.id.hex());
-      if (it == urls.end()) continue;  // the store has it (another box of the user saved it)
-      todo.push_back(Upload{&p, &it->second});
-    }
-    RETURN_IF_ERROR(upload(todo));
-    pending_.clear();
-    pending_bytes_ = 0;
-    return ok_status();
+    RETURN_IF_ERROR(hand_off());
+    return wait_uploader();
   }
 
   uint64_t uploaded_chunks_ = 0;
@@ -343,14 +332,49 @@ class UploadSink final : public state::ChunkSink {
     const std::string* url;
   };
 
+  // Waits for the batch being uploaded, then uploads the pending chunks on a thread of their
+  // own while the scan goes on: with the scan waiting for each batch's upload, reading and
+  // uploading did not overlap. The thread gets a client of its own, made for it.
+  Status hand_off() {
+    RETURN_IF_ERROR(wait_uploader());
+    if (pending_.empty()) return ok_status();
+    uploading_ = std::move(pending_);
+    pending_.clear();
+    pending_bytes_ = 0;
+    uploader_ = std::thread(
+        [this, client = http_.another()] { upload_status_ = upload_batch(*client, uploading_); });
+    return ok_status();
+  }
+
+  // Errors: the batch's upload's; the same again on later calls (the save stops).
+  Status wait_uploader() {
+    if (uploader_.joinable()) uploader_.join();
+    return upload_status_;
+  }
+
+  // Asks the door which chunks of |batch| the store lacks and uploads those.
+  Status upload_batch(JobHttp& http, const std::vector<Pending>& batch) {
+    std::vector<state::ChunkId> ids;
+    ids.reserve(batch.size());
+    for (const auto& p : batch) ids.push_back(p.id);
+    ASSIGN_OR_RETURN(auto urls, ask_urls(http, "put", ids));
+    std::vector<Upload> todo;
+    for (const auto& p : batch) {
+      auto it = urls.find(p.id.hex());
+      if (it == urls.end()) continue;  // the store has it (another box of the user saved it)
+      todo.push_back(Upload{&p, &it->second});
+    }
+    return upload(http, todo);
+  }
+
   // Seals and PUTs |todo| on up to kUploaders threads, each with its own connection. One at
   // a time, sealing (CPU) and the PUT (a wait on the store) alternated and left a third of
   // the machine idle: a first save of the state bench's tree through a box took 10.9-12.9 s.
-  Status upload(const std::vector<Upload>& todo) {
+  Status upload(JobHttp& main, const std::vector<Upload>& todo) {
     const size_t threads = std::min(kUploaders, todo.size());
     // A client per helper thread, for this call only: no client is used from two threads.
     std::vector<std::unique_ptr<JobHttp>> clients;
-    for (size_t t = 1; t < threads; ++t) clients.push_back(http_.another());
+    for (size_t t = 1; t < threads; ++t) clients.push_back(main.another());
     std::atomic<size_t> next{0};
     std::mutex mu;
     Status first = ok_status();  // guarded by mu
@@ -383,7 +407,7 @@ class UploadSink final : public state::ChunkSink {
     };
     std::vector<std::thread> helpers;
     for (size_t t = 1; t < threads; ++t) helpers.emplace_back([&, t] { run(*clients[t - 1]); });
-    run(http_);
+    run(main);
     for (std::thread& t : helpers) t.join();
     return first;
   }
@@ -394,6 +418,10 @@ class UploadSink final : public state::ChunkSink {
   std::unordered_set<state::ChunkId, state::ChunkIdHash> known_;
   std::vector<Pending> pending_;
   size_t pending_bytes_ = 0;
+  // The batch uploader_ uploads; neither is touched by the scan until it is joined.
+  std::vector<Pending> uploading_;
+  std::thread uploader_;
+  Status upload_status_ = ok_status();  // written by uploader_, read after joining it
 };
 
 // A read-only Store over signed GET URLs: exactly the chunks the door handed out.
