@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cb::model {
@@ -82,6 +83,20 @@ json requests_of(test::FakeGateway& gw) {
   auto r = gw.requests();
   REQUIRE(r.ok());
   return *r;
+}
+
+// The fake's records once each has its outcome: the fake writes it after the response's last
+// byte, so a client can read the answer before it is recorded (polls up to 5 s).
+json settled_requests_of(test::FakeGateway& gw) {
+  json reqs;
+  for (int i = 0; i < 500; ++i) {
+    reqs = requests_of(gw);
+    bool settled = true;
+    for (const json& r : reqs) settled = settled && !r["outcome"].is_null();
+    if (settled) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return reqs;
 }
 
 CallOptions fast_retries(int attempts = 4) {
@@ -533,7 +548,7 @@ TEST_CASE("Client: keeps the connection between calls, and dials again when the 
     CHECK(results[i]->attempts == 1);
   }
   CHECK(closed_seen);
-  json reqs = requests_of(gw);
+  json reqs = settled_requests_of(gw);
   REQUIRE(reqs.size() == 5);
   for (const json& r : reqs) CHECK(r["outcome"] == "answered");
   CHECK(reqs[0]["conn"] == reqs[1]["conn"]);  // kept alive
