@@ -273,9 +273,7 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     take_deferred(batch);
   }
   Status s = publish(batch);
-  std::lock_guard lock(mu_);
-  --busy_;
-  idle_cv_.notify_all();
+  end_publish();
   return s;
 }
 
@@ -294,11 +292,9 @@ Status FsStore::publish(std::vector<Deferred>& batch) {
     if (renamed > 0) renamed_unsynced_ = true;
     return s;
   };
-  Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (root.get() < 0) return fail(errno_status("open " + root_.string(), errno));
   // 1. Every temporary's bytes (and the directories holding them) on disk: one syncfs
   //    instead of an fsync per object.
-  if (::syncfs(root.get()) != 0) return fail(errno_status("syncfs " + root_.string(), errno));
+  if (Status synced = syncfs_root(); !synced.ok()) return fail(synced);
   // 2. Only then the names: an object's name never points at bytes not on disk. The names,
   //    and folders created for them, become durable with sync()'s last syncfs.
   std::vector<std::string> created;
@@ -328,21 +324,30 @@ Status FsStore::sync() {
       std::lock_guard lock(mu_);
       renamed_unsynced_ = false;  // set again by a flush from here on, or below on failure
     }
-    Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (root.get() < 0) {
-      s = errno_status("open " + root_.string(), errno);
-    } else if (::syncfs(root.get()) != 0) {
-      s = errno_status("syncfs " + root_.string(), errno);
-    }
+    s = syncfs_root();
   }
   // The temporaries' folder grew to hold every one of them at once and ext4 never shrinks a
   // folder: remove it when empty (it is not, harmlessly, while another put is writing).
   if (s.ok()) remove_temp_dir();
+  if (!s.ok()) {
+    std::lock_guard lock(mu_);
+    renamed_unsynced_ = true;
+  }
+  end_publish();
+  return s;
+}
+
+Status FsStore::syncfs_root() const {
+  Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) return errno_status("open " + root_.string(), errno);
+  if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
+  return ok_status();
+}
+
+void FsStore::end_publish() {
   std::lock_guard lock(mu_);
-  if (!s.ok()) renamed_unsynced_ = true;
   --busy_;
   idle_cv_.notify_all();
-  return s;
 }
 
 int FsStore::put_concurrency() const {

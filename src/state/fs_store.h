@@ -100,6 +100,9 @@ class FsStore final : public Store {
   void take_deferred(std::vector<Deferred>& batch);
   // syncfs, then renames |batch| into place; on an error deletes the temporaries not renamed.
   Status publish(std::vector<Deferred>& batch);
+  // Counts the publish take_deferred() counted as ended and wakes a waiting sync().
+  void end_publish();
+  Status syncfs_root() const;  // syncfs(2) of the file system holding root_
 
   std::filesystem::path root_;
   Options options_;

@@ -2,6 +2,7 @@
 
 #include "crypto/random.h"
 #include "support/temp_dir.h"
+#include "unit/state/state_test_util.h"
 
 #include <catch2/catch.hpp>
 
@@ -150,12 +151,7 @@ TEST_CASE("ChunkReader: yields the same chunks as split_chunks on the whole file
   test::TempDir dir;
   auto data = random_bytes(200000, 5);
   const std::string path = dir.file("f").string();
-  {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::write(fd, data.data(), data.size()) == ssize_t(data.size()));
-    ::close(fd);
-  }
+  test_util::write_file(path, std::string(data.begin(), data.end()));
   int fd = ::open(path.c_str(), O_RDONLY);
   REQUIRE(fd >= 0);
   ChunkReader reader(fd, kSmall);
@@ -179,12 +175,7 @@ TEST_CASE("ChunkReader: next_batch() yields the chunks of next(), a buffer at a 
   test::TempDir dir;
   auto data = random_bytes(200000, 6);
   const std::string path = dir.file("f").string();
-  {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::write(fd, data.data(), data.size()) == ssize_t(data.size()));
-    ::close(fd);
-  }
+  test_util::write_file(path, std::string(data.begin(), data.end()));
   // The smallest buffer allowed, one of several largest chunks, and one larger than the file.
   for (size_t buffer_size :
        {size_t(2 * kSmall.max_size), size_t(7 * kSmall.max_size + 13), data.size() * 2}) {

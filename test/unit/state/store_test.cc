@@ -14,6 +14,13 @@
 namespace cb::state {
 namespace {
 
+// Options publishing deferred puts once |bytes| wait.
+FsStore::Options flushing_at(size_t bytes) {
+  FsStore::Options o;
+  o.flush_bytes = bytes;
+  return o;
+}
+
 std::unique_ptr<FsStore> open_store(const test::TempDir& dir,
                                     FsStore::Options options = FsStore::Options()) {
   auto store = FsStore::open(dir.path() / "store", options);
@@ -247,9 +254,7 @@ TEST_CASE("FsStore: a large sync() renames every object, and a failed rename lea
 TEST_CASE("FsStore: the put that brings deferred bytes to flush_bytes publishes them",
           "[state][unit]") {
   test::TempDir dir;
-  FsStore::Options options;
-  options.flush_bytes = 10;
-  auto store = open_store(dir, options);
+  auto store = open_store(dir, flushing_at(10));
   REQUIRE(store->put_deferred("u/chunks/ab/first", "12345").ok());
   CHECK(store->stat("u/chunks/ab/first").status().code() == Code::kNotFound);
   CHECK(count_temporaries(dir) == 1);
@@ -278,9 +283,7 @@ TEST_CASE("FsStore: the put that brings deferred bytes to flush_bytes publishes 
 TEST_CASE("FsStore: deferred puts on many threads, flushed along the way, all land at sync()",
           "[state][unit]") {
   test::TempDir dir;
-  FsStore::Options options;
-  options.flush_bytes = 4096;
-  auto store = open_store(dir, options);
+  auto store = open_store(dir, flushing_at(4096));
   auto key = [](int t, int i) { return fmt::format("u/chunks/{:02x}/t{}-{}", i % 32, t, i); };
   constexpr int kThreads = 4, kPuts = 400;
   std::vector<std::thread> threads;
