@@ -805,16 +805,17 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
       co_return;
     }
     state::Store& store = *store_;
-    auto missing = co_await net::run_blocking([&]() -> Result<std::vector<state::ChunkId>> {
-      std::vector<state::ChunkId> out;
-      for (const auto& id : ids) {
-        auto size = store.stat(state::chunk_key(user, id));
-        if (size.ok()) continue;
-        if (size.status().code() != Code::kNotFound) return size.status();
-        out.push_back(id);
-      }
-      return out;
-    });
+    auto missing =
+        co_await net::run_blocking(door_pool_, [&]() -> Result<std::vector<state::ChunkId>> {
+          std::vector<state::ChunkId> out;
+          for (const auto& id : ids) {
+            auto size = store.stat(state::chunk_key(user, id));
+            if (size.ok()) continue;
+            if (size.status().code() != Code::kNotFound) return size.status();
+            out.push_back(id);
+          }
+          return out;
+        });
     if (!*alive) co_return;
     if (!missing.ok()) {
       co_await answer(req, 503, missing.status().to_string());
@@ -882,7 +883,8 @@ asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::s
     // Only chunks are signed for PUT. Deferred: durable at the commit's sync(), not each
     // with two fsyncs (FsStore: 0.41 vs 0.07 ms per 64 KiB chunk, 2026-12-01); a save that
     // never commits leaves chunks no snapshot names, which the sweep removes.
-    Status st = co_await net::run_blocking([&]() { return store.put_deferred(object_key, data); });
+    Status st = co_await net::run_blocking(door_pool_,
+                                           [&]() { return store.put_deferred(object_key, data); });
     if (!*alive) co_return;
     if (!st.ok()) {
       co_await answer(req, http_code(st), st.to_string());
@@ -891,7 +893,7 @@ asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::s
     co_await answer(req, 200, "stored");
     co_return;
   }
-  auto data = co_await net::run_blocking([&]() { return store.get(object_key); });
+  auto data = co_await net::run_blocking(door_pool_, [&]() { return store.get(object_key); });
   if (!*alive) co_return;
   if (!data.ok()) {
     co_await answer(req, http_code(data.status()), data.status().to_string());

@@ -32,6 +32,7 @@
 #include "crypto/keys.h"
 #include "http/server.h"
 #include "net/asio.h"
+#include "net/blocking.h"
 #include "roles/api/boxes.h"
 #include "roles/api/state_locks.h"
 #include "roles/api/state_rules.h"
@@ -220,6 +221,10 @@ class StateManager {
   asio::awaitable<void> door_object(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> autosave_loop();
 
+  // As many as a box's agent has requests in flight: 4 fetch threads on a restore, 3 upload
+  // threads and one overlapped batch on a save.
+  static constexpr size_t kDoorThreads = 4;
+
   net::Executor executor_;
   Store& db_;
   BoxManager& boxes_;
@@ -233,6 +238,9 @@ class StateManager {
   std::map<std::string, Ticket> tickets_;
   Counters counters_;
   bool stopping_ = false;
+  // The door's chunk reads and writes (one per request) and its batch stats. Declared after
+  // store_, so its threads finish their jobs before the store goes.
+  net::BlockingPool door_pool_{kDoorThreads};
   std::shared_ptr<bool> alive_;
 };
 

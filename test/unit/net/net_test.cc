@@ -1,3 +1,4 @@
+#include "net/blocking.h"
 #include "net/signal.h"
 #include "net/stream.h"
 #include "net/tls.h"
@@ -5,9 +6,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
 
 namespace cb::net {
 namespace {
@@ -197,6 +204,75 @@ TEST_CASE("TlsContext: missing or mismatched files name the file", "[net][unit]"
   auto mismatch = TlsContext::server({a.cert, b.key, {"h2"}});
   REQUIRE_FALSE(mismatch.ok());
   CHECK(mismatch.status().code() == Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cb::net
+
+namespace cb::net {
+namespace {
+
+TEST_CASE("run_blocking(pool): many jobs at once all finish, on the pool's threads only",
+          "[net][unit]") {
+  BlockingPool pool(2);
+  asio::io_context io;
+  const std::thread::id loop_thread = std::this_thread::get_id();
+  std::mutex mu;
+  std::set<std::thread::id> seen;
+  std::vector<int> results(50, -1);
+  for (int i = 0; i < 50; ++i) {
+    asio::co_spawn(
+        io,
+        [&, i]() -> asio::awaitable<void> {
+          auto job = [&, i]() -> Result<int> {
+            std::lock_guard lock(mu);
+            seen.insert(std::this_thread::get_id());
+            return i * 2;
+          };
+          Result<int> r = co_await run_blocking(pool, job);
+          // Resumed on the loop's thread, with the job's result.
+          const bool on_loop = std::this_thread::get_id() == loop_thread;
+          results[size_t(i)] = !on_loop ? -3 : r.ok() ? *r : -2;
+        },
+        asio::detached);
+  }
+  io.run();
+  for (int i = 0; i < 50; ++i) CHECK(results[size_t(i)] == i * 2);
+  CHECK(seen.size() <= 2);
+  CHECK(seen.count(loop_thread) == 0);
+}
+
+TEST_CASE("run_blocking: an exception escaping the job becomes kInternal, in both forms",
+          "[net][unit]") {
+  BlockingPool pool(1);
+  auto throws = []() -> Status { throw std::runtime_error("disk on fire"); };
+  Status on_pool = test::run_sync(run_blocking(pool, throws));
+  CHECK(on_pool.code() == Code::kInternal);
+  CHECK(std::string(on_pool.message()).find("disk on fire") != std::string::npos);
+  Status on_thread = test::run_sync(run_blocking(throws));
+  CHECK(on_thread.code() == Code::kInternal);
+  CHECK(std::string(on_thread.message()).find("disk on fire") != std::string::npos);
+}
+
+TEST_CASE("BlockingPool: the destructor runs the jobs already queued, then joins", "[net][unit]") {
+  std::atomic<int> ran{0};
+  std::atomic<bool> release{false};
+  std::thread releaser;
+  {
+    BlockingPool pool(1);
+    // The first job holds the only thread, so the others are still queued at destruction.
+    pool.post([&] {
+      while (!release.load()) std::this_thread::yield();
+      ++ran;
+    });
+    for (int i = 0; i < 10; ++i) pool.post([&] { ++ran; });
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      release = true;
+    });
+  }
+  releaser.join();
+  CHECK(ran.load() == 11);
 }
 
 }  // namespace
