@@ -138,16 +138,23 @@ namespace {
 // (an S3 store's presigned URLs), kept alive while the server allows it.
 class JobHttp {
  public:
-  // |ca_pem|: roots trusted for https URLs besides the system's (StateAccess.store_ca_pem).
-  JobHttp(std::string door_socket, std::string ticket, std::string ca_pem = {})
+  // |ca_pem|: roots trusted for https URLs besides the system's (StateAccess.store_ca_pem);
+  // |verify_peer| false only when the api's store URL says verify=0 (store_skip_verify).
+  JobHttp(std::string door_socket, std::string ticket, std::string ca_pem = {},
+          bool verify_peer = true)
       : door_socket_(std::move(door_socket)),
         ticket_(std::move(ticket)),
-        ca_pem_(std::move(ca_pem)) {}
+        ca_pem_(std::move(ca_pem)),
+        verify_peer_(verify_peer) {}
+  // The client of a call with |access|.
+  JobHttp(std::string door_socket, const v1::StateAccess& access)
+      : JobHttp(std::move(door_socket), access.ticket(), access.store_ca_pem(),
+                !access.store_skip_verify()) {}
 
-  // Another client for the same door, ticket and roots, with its own connections: a JobHttp
+  // Another client for the same door, ticket and trust, with its own connections: a JobHttp
   // serves one thread, so each uploading thread has its own.
   std::unique_ptr<JobHttp> another() const {
-    return std::make_unique<JobHttp>(door_socket_, ticket_, ca_pem_);
+    return std::make_unique<JobHttp>(door_socket_, ticket_, ca_pem_, verify_peer_);
   }
 
   // |url| is a door target ("/cocoonbox.state/...") or "http(s)://host[:port]/path".
@@ -201,8 +208,9 @@ class JobHttp {
     const std::string key =
         fmt::format("{}{}:{}", parsed->tls ? "https://" : "http://", parsed->host, parsed->port);
     if (parsed->tls && !tls_) {
-      net::TlsClientOptions to;  // the system's roots; the peer is verified
+      net::TlsClientOptions to;  // the system's roots
       to.alpn = {"http/1.1"};
+      to.verify_peer = verify_peer_;
       auto ctx = net::TlsContext::client(to);
       if (!ctx.ok()) co_return ctx.status().with_prefix(std::string(what));
       if (!ca_pem_.empty()) {
@@ -246,6 +254,7 @@ class JobHttp {
   std::string door_socket_;
   std::string ticket_;
   std::string ca_pem_;
+  bool verify_peer_ = true;
   std::unique_ptr<http::Http1Client> door_;
   std::shared_ptr<net::TlsContext> tls_;
   std::unique_ptr<http::Http1Client> remote_;  // to remote_key_
@@ -497,7 +506,7 @@ struct SaveJob {
     ASSIGN_OR_RETURN(state::StateKeys keys, keys_of(req.access()));
     state::BoxLocation location{req.access().user(), req.access().box()};
     RETURN_IF_ERROR(state::validate_location(location));
-    JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
+    JobHttp http(config.door_socket, req.access());
     std::optional<state::Manifest> parent;
     if (!req.parent_snapshot_id().empty()) {
       auto m =
@@ -575,7 +584,7 @@ struct RestoreJob {
       Status st = state::validate_path(paths[i]);
       if (!st.ok()) return st.with_prefix(fmt::format("paths[{}]", i));
     }
-    JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
+    JobHttp http(config.door_socket, req.access());
     ASSIGN_OR_RETURN(state::Manifest manifest,
                      fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
     ASSIGN_OR_RETURN(auto selected, state::select_entries(manifest, paths));
@@ -744,7 +753,7 @@ Status restore_agent_db(state::Store& store, const state::StateKeys& keys, const
 Status RestoreJob::restore_whole(const state::StateKeys& keys, const state::BoxLocation& location) {
   if (!req.paths().empty() || !req.target().empty())
     return invalid_argument("whole: paths and target must be empty");
-  JobHttp http(config.door_socket, req.access().ticket(), req.access().store_ca_pem());
+  JobHttp http(config.door_socket, req.access());
   ASSIGN_OR_RETURN(state::Manifest manifest,
                    fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
   std::vector<state::ChunkId> ids = state::referenced_chunks(manifest);

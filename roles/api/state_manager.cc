@@ -91,6 +91,17 @@ Result<std::unique_ptr<grpc::ClientCall>> open_agent_call(
   return std::make_unique<grpc::ClientCall>(stream, copts, deadline);
 }
 
+// Everything of a call's StateAccess but the state key: whose state, the door ticket, and how
+// the agent trusts the store's https object URLs.
+void fill_access(av1::StateAccess& access, const std::string& user, const std::string& box_id,
+                 const std::string& ticket, const std::string& ca_pem, bool skip_verify) {
+  access.set_user(user);
+  access.set_box(box_id);
+  access.set_ticket(ticket);
+  access.set_store_ca_pem(ca_pem);
+  access.set_store_skip_verify(skip_verify);
+}
+
 TransferCounters counters_of(const av1::TransferProgress& p) {
   TransferCounters c;
   c.files = p.files();
@@ -138,7 +149,9 @@ StateManager::StateManager(net::Executor executor, Store& db, BoxManager& boxes,
       locks_(executor_),
       alive_(std::make_shared<bool>(true)) {
   // A private S3 endpoint's roots go to the agent with each call, so it can follow the https
-  // URLs it is given (the api already trusts them: the store opened with them).
+  // URLs it is given (the api already trusts them: the store opened with them). So does
+  // verify=0: the agent checks the endpoint exactly as far as the api does.
+  store_skip_verify_ = s3_ != nullptr && !s3_->verify_peer();
   if (s3_ != nullptr && !s3_->ca_file().empty()) {
     std::ifstream in(s3_->ca_file(), std::ios::binary);
     std::ostringstream pem;
@@ -285,10 +298,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
   av1::SaveRequest req;
   req.mutable_access()->set_state_key(raw_key);
   crypto::wipe(raw_key);
-  req.mutable_access()->set_user(user);
-  req.mutable_access()->set_box(box_id);
-  req.mutable_access()->set_ticket(ticket);
-  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
+  fill_access(*req.mutable_access(), user, box_id, ticket, store_ca_pem_, store_skip_verify_);
   req.set_parent_snapshot_id(parent_id);
   if (!parent_id.empty()) {
     auto url = object_url("GET", state::manifest_key(location, parent_id));
@@ -566,10 +576,7 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
   av1::RestoreRequest req;
   req.mutable_access()->set_state_key(raw_key);
   crypto::wipe(raw_key);
-  req.mutable_access()->set_user(user);
-  req.mutable_access()->set_box(box_id);
-  req.mutable_access()->set_ticket(ticket);
-  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
+  fill_access(*req.mutable_access(), user, box_id, ticket, store_ca_pem_, store_skip_verify_);
   req.set_snapshot_id(snapshot_id);
   auto manifest_url = object_url("GET", state::manifest_key(location, snapshot_id));
   if (!manifest_url.ok()) co_return manifest_url.status();
@@ -672,10 +679,7 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
   av1::RestoreRequest req;
   req.mutable_access()->set_state_key(*raw_key);
   crypto::wipe(*raw_key);
-  req.mutable_access()->set_user(user);
-  req.mutable_access()->set_box(box_id);
-  req.mutable_access()->set_ticket(ticket);
-  req.mutable_access()->set_store_ca_pem(store_ca_pem_);
+  fill_access(*req.mutable_access(), user, box_id, ticket, store_ca_pem_, store_skip_verify_);
   req.set_snapshot_id(head.snapshot_id);
   auto manifest_url = object_url("GET", state::manifest_key(location, head.snapshot_id));
   if (!manifest_url.ok())

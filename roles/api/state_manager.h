@@ -232,6 +232,7 @@ class StateManager {
   std::unique_ptr<state::Store> store_;
   const state::S3Store* s3_ = nullptr;  // store_ when it is an S3 store
   std::string store_ca_pem_;            // its ca_file's PEM, for the agent (StateAccess)
+  bool store_skip_verify_ = false;      // its URL says verify=0 (StateAccess)
   StateManagerOptions options_;
   ChunkUrlSigner signer_;
   StateLocks locks_;

@@ -118,6 +118,7 @@ class S3Store final : public Store {
   std::string describe() const;
   // Options::ca_file: the PEM roots whoever follows this store's https URLs must trust.
   const std::string& ca_file() const { return options_.ca_file; }
+  bool verify_peer() const { return options_.verify_peer; }
 
  private:
   using Connection = s3_internal::Connection;

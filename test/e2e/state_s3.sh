@@ -229,4 +229,20 @@ rpath4=$(json 'v["path"]' <"$tmp/restore4.json")
 check_relayed 1 1
 ok "over https (the endpoint's own CA, handed to the agent): a save and a byte-exact restore"
 
+# --- over https with verify=0 and no ca_file: the agent checks the endpoint as little as the api ---
+kill_api
+noverify_url="s3://$CB_S3_BUCKET/$prefix?endpoint=$CB_S3_TLS_ENDPOINT&access_key=$CB_S3_ACCESS_KEY&secret_file=$CB_S3_SECRET_FILE&verify=0"
+start_api --autosave 0 --state-store "$noverify_url"
+rsh main 'head -c 70000 /dev/urandom >/workspace/t/unverified' || fail "write unverified"
+sha_nv=$(rsh main 'sha256sum /workspace/t/unverified' | cut -d' ' -f1)
+cb save --json >"$tmp/save5.json" 2>"$tmp/save5.err" || fail "save with verify=0: $(cat "$tmp/save5.err")"
+snap5=$(json 'v["snapshot"]["id"]' <"$tmp/save5.json")
+(( $(json 'v["uploaded_chunks"]' <"$tmp/save5.json") >= 1 )) || fail "save 5: $(cat "$tmp/save5.json")"
+cb restore /workspace/t/unverified --snapshot "$snap5" --json >"$tmp/restore5.json" 2>"$tmp/restore5.err" ||
+  fail "restore with verify=0: $(cat "$tmp/restore5.err")"
+rpath5=$(json 'v["path"]' <"$tmp/restore5.json")
+[[ $(rsh main "sha256sum '$rpath5/workspace/t/unverified'" | cut -d' ' -f1) == "$sha_nv" ]] ||
+  fail "the file restored with verify=0 differs"
+ok "over https with verify=0 and no ca_file: the agent follows the URLs too (save, byte-exact restore)"
+
 echo "passed $passed"
