@@ -212,37 +212,34 @@ PY
 check_relayed 4 1
 ok "the api's log: every save and restore relayed 0 bytes (chunks went agent <-> S3)"
 
+# Restarts the api on store URL $1, then saves a new random file /workspace/t/$2 through the box
+# and restores it byte for byte ($3 names the case in failures).
+save_restore_over() {
+  local url=$1 name=$2 what=$3 sha snap rpath
+  kill_api
+  start_api --autosave 0 --state-store "$url"
+  rsh main "head -c 70000 /dev/urandom >/workspace/t/$name" || fail "write $name"
+  sha=$(rsh main "sha256sum /workspace/t/$name" | cut -d' ' -f1)
+  cb save --json >"$tmp/save-$name.json" 2>"$tmp/save-$name.err" ||
+    fail "save $what: $(cat "$tmp/save-$name.err")"
+  snap=$(json 'v["snapshot"]["id"]' <"$tmp/save-$name.json")
+  (( $(json 'v["uploaded_chunks"]' <"$tmp/save-$name.json") >= 1 )) ||
+    fail "save $what: $(cat "$tmp/save-$name.json")"
+  cb restore "/workspace/t/$name" --snapshot "$snap" --json >"$tmp/restore-$name.json" \
+    2>"$tmp/restore-$name.err" || fail "restore $what: $(cat "$tmp/restore-$name.err")"
+  rpath=$(json 'v["path"]' <"$tmp/restore-$name.json")
+  [[ $(rsh main "sha256sum '$rpath/workspace/t/$name'" | cut -d' ' -f1) == "$sha" ]] ||
+    fail "the file restored $what differs"
+}
+
 # --- the same store over https: the api and the agent trust the endpoint's own CA ---
-kill_api
-tls_url="s3://$CB_S3_BUCKET/$prefix?endpoint=$CB_S3_TLS_ENDPOINT&access_key=$CB_S3_ACCESS_KEY&secret_file=$CB_S3_SECRET_FILE&ca_file=$CB_S3_CA_FILE"
-start_api --autosave 0 --state-store "$tls_url"
-rsh main 'head -c 70000 /dev/urandom >/workspace/t/over-https' || fail "write over-https"
-sha_https=$(rsh main 'sha256sum /workspace/t/over-https' | cut -d' ' -f1)
-cb save --json >"$tmp/save4.json" 2>"$tmp/save4.err" || fail "save over https: $(cat "$tmp/save4.err")"
-snap4=$(json 'v["snapshot"]["id"]' <"$tmp/save4.json")
-(( $(json 'v["uploaded_chunks"]' <"$tmp/save4.json") >= 1 )) || fail "save 4: $(cat "$tmp/save4.json")"
-cb restore /workspace/t/over-https --snapshot "$snap4" --json >"$tmp/restore4.json" 2>"$tmp/restore4.err" ||
-  fail "restore over https: $(cat "$tmp/restore4.err")"
-rpath4=$(json 'v["path"]' <"$tmp/restore4.json")
-[[ $(rsh main "sha256sum '$rpath4/workspace/t/over-https'" | cut -d' ' -f1) == "$sha_https" ]] ||
-  fail "the file restored over https differs"
+s3_base="s3://$CB_S3_BUCKET/$prefix?endpoint=$CB_S3_TLS_ENDPOINT&access_key=$CB_S3_ACCESS_KEY&secret_file=$CB_S3_SECRET_FILE"
+save_restore_over "$s3_base&ca_file=$CB_S3_CA_FILE" over-https "over https"
 check_relayed 1 1
 ok "over https (the endpoint's own CA, handed to the agent): a save and a byte-exact restore"
 
 # --- over https with verify=0 and no ca_file: the agent checks the endpoint as little as the api ---
-kill_api
-noverify_url="s3://$CB_S3_BUCKET/$prefix?endpoint=$CB_S3_TLS_ENDPOINT&access_key=$CB_S3_ACCESS_KEY&secret_file=$CB_S3_SECRET_FILE&verify=0"
-start_api --autosave 0 --state-store "$noverify_url"
-rsh main 'head -c 70000 /dev/urandom >/workspace/t/unverified' || fail "write unverified"
-sha_nv=$(rsh main 'sha256sum /workspace/t/unverified' | cut -d' ' -f1)
-cb save --json >"$tmp/save5.json" 2>"$tmp/save5.err" || fail "save with verify=0: $(cat "$tmp/save5.err")"
-snap5=$(json 'v["snapshot"]["id"]' <"$tmp/save5.json")
-(( $(json 'v["uploaded_chunks"]' <"$tmp/save5.json") >= 1 )) || fail "save 5: $(cat "$tmp/save5.json")"
-cb restore /workspace/t/unverified --snapshot "$snap5" --json >"$tmp/restore5.json" 2>"$tmp/restore5.err" ||
-  fail "restore with verify=0: $(cat "$tmp/restore5.err")"
-rpath5=$(json 'v["path"]' <"$tmp/restore5.json")
-[[ $(rsh main "sha256sum '$rpath5/workspace/t/unverified'" | cut -d' ' -f1) == "$sha_nv" ]] ||
-  fail "the file restored with verify=0 differs"
+save_restore_over "$s3_base&verify=0" unverified "with verify=0"
 ok "over https with verify=0 and no ca_file: the agent follows the URLs too (save, byte-exact restore)"
 
 echo "passed $passed"
