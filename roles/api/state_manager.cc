@@ -162,7 +162,10 @@ StateManager::StateManager(net::Executor executor, Store& db, BoxManager& boxes,
   }
 }
 
-StateManager::~StateManager() { *alive_ = false; }
+StateManager::~StateManager() {
+  *alive_ = false;
+  door_pool_.join();  // the jobs already queued use store_
+}
 
 void StateManager::stop() { stopping_ = true; }
 

@@ -239,9 +239,9 @@ class StateManager {
   std::map<std::string, Ticket> tickets_;
   Counters counters_;
   bool stopping_ = false;
-  // The door's chunk reads and writes (one per request) and its batch stats. Declared after
-  // store_, so its threads finish their jobs before the store goes.
-  net::BlockingPool door_pool_{kDoorThreads};
+  // The door's chunk reads and writes (one per request) and its batch stats; joined by the
+  // destructor, before the store goes.
+  asio::thread_pool door_pool_{kDoorThreads};
   std::shared_ptr<bool> alive_;
 };
 

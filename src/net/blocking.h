@@ -5,7 +5,8 @@
 //
 //   run_blocking(fn)        a new thread per call: for jobs that take long and are few (a state
 //                           save or restore, a store commit), which must not wait for others
-//   run_blocking(pool, fn)  a thread of |pool|: for short jobs that come many at a time (the
+//   run_blocking(pool, fn)  a thread of |pool| (an asio::thread_pool): for short jobs that come
+//   many at a time (the
 //                           api's state door reads or writes one chunk per request, 24,000 in a
 //                           first save), where starting a thread costs more than the job
 //
@@ -17,61 +18,21 @@
 // caller's locals by reference. Not cancellable: once started, the function runs to its end
 // (give it a flag to check if it should stop early). An exception escaping it becomes kInternal.
 //
-// Affinity: call from a coroutine. A BlockingPool is thread-safe; its destructor runs the jobs
-// already queued, then joins its threads, so destroy it before what its jobs use.
+// Affinity: call from a coroutine. An owner of a pool calls its join() before destroying what
+// its jobs use: join() runs the jobs already queued (the destructor would drop them).
 
 #include "base/result.h"
 #include "base/status.h"
 #include "net/asio.h"
 
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
 #include <exception>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace cb::net {
-
-class BlockingPool {
- public:
-  explicit BlockingPool(size_t threads);
-  ~BlockingPool();
-  BlockingPool(const BlockingPool&) = delete;
-  BlockingPool& operator=(const BlockingPool&) = delete;
-
-  // Runs |job| on one of the threads, after the jobs queued before it have started.
-  template <typename Job>
-  void post(Job job) {
-    enqueue(std::make_unique<Model<Job>>(std::move(job)));
-  }
-
- private:
-  struct Concept {
-    virtual ~Concept() = default;
-    virtual void run() = 0;
-  };
-  template <typename Job>
-  struct Model final : Concept {
-    explicit Model(Job j) : job(std::move(j)) {}
-    void run() override { job(); }
-    Job job;
-  };
-  void enqueue(std::unique_ptr<Concept> job);
-  void loop();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Concept>> queue_;  // guarded by mu_
-  bool stopping_ = false;                       // guarded by mu_
-  std::vector<std::thread> threads_;
-};
 
 namespace internal {
 
@@ -116,8 +77,8 @@ auto run_blocking(Fn fn) -> asio::awaitable<std::invoke_result_t<Fn&>> {
 }
 
 template <typename Fn>
-auto run_blocking(BlockingPool& pool, Fn fn) -> asio::awaitable<std::invoke_result_t<Fn&>> {
-  auto on_pool = [&pool](auto job) { pool.post(std::move(job)); };
+auto run_blocking(asio::thread_pool& pool, Fn fn) -> asio::awaitable<std::invoke_result_t<Fn&>> {
+  auto on_pool = [&pool](auto job) { asio::post(pool, std::move(job)); };
   co_return co_await internal::start_blocking(std::move(fn), on_pool);
 }
 

@@ -214,7 +214,7 @@ namespace {
 
 TEST_CASE("run_blocking(pool): many jobs at once all finish, on the pool's threads only",
           "[net][unit]") {
-  BlockingPool pool(2);
+  asio::thread_pool pool(2);
   asio::io_context io;
   const std::thread::id loop_thread = std::this_thread::get_id();
   std::mutex mu;
@@ -244,7 +244,7 @@ TEST_CASE("run_blocking(pool): many jobs at once all finish, on the pool's threa
 
 TEST_CASE("run_blocking: an exception escaping the job becomes kInternal, in both forms",
           "[net][unit]") {
-  BlockingPool pool(1);
+  asio::thread_pool pool(1);
   auto throws = []() -> Status { throw std::runtime_error("disk on fire"); };
   Status on_pool = test::run_sync(run_blocking(pool, throws));
   CHECK(on_pool.code() == Code::kInternal);
@@ -254,23 +254,22 @@ TEST_CASE("run_blocking: an exception escaping the job becomes kInternal, in bot
   CHECK(std::string(on_thread.message()).find("disk on fire") != std::string::npos);
 }
 
-TEST_CASE("BlockingPool: the destructor runs the jobs already queued, then joins", "[net][unit]") {
+TEST_CASE("run_blocking(pool): join() runs the jobs still queued, as the api's door relies on",
+          "[net][unit]") {
   std::atomic<int> ran{0};
   std::atomic<bool> release{false};
-  std::thread releaser;
-  {
-    BlockingPool pool(1);
-    // The first job holds the only thread, so the others are still queued at destruction.
-    pool.post([&] {
-      while (!release.load()) std::this_thread::yield();
-      ++ran;
-    });
-    for (int i = 0; i < 10; ++i) pool.post([&] { ++ran; });
-    releaser = std::thread([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      release = true;
-    });
-  }
+  asio::thread_pool pool(1);
+  // The first job holds the only thread, so the others are still queued when join() starts.
+  asio::post(pool, [&] {
+    while (!release.load()) std::this_thread::yield();
+    ++ran;
+  });
+  for (int i = 0; i < 10; ++i) asio::post(pool, [&] { ++ran; });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  pool.join();
   releaser.join();
   CHECK(ran.load() == 11);
 }
