@@ -116,7 +116,8 @@ __attribute__((target("avx2"))) void compress_x4(uint64_t h[8][4], const uint8_t
                                          4, 5, 6, 7, 0, 1, 10, 11, 12, 13, 14, 15, 8, 9);
   const __m256i rot24 = _mm256_setr_epi8(3, 4, 5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10, 3, 4,
                                          5, 6, 7, 0, 1, 2, 11, 12, 13, 14, 15, 8, 9, 10);
-  auto g = [&](int a, int b, int c, int d, __m256i x, __m256i y) __attribute__((target("avx2"))) {
+  auto g = [&](int a, int b, int c, int d, const __m256i& x, const __m256i& y)
+      __attribute__((target("avx2"))) {
     v[a] = _mm256_add_epi64(_mm256_add_epi64(v[a], v[b]), x);
     v[d] = _mm256_shuffle_epi32(_mm256_xor_si256(v[d], v[a]), _MM_SHUFFLE(2, 3, 0, 1));
     v[c] = _mm256_add_epi64(v[c], v[d]);
@@ -156,7 +157,7 @@ __attribute__((target("avx512f"))) void compress_x8(uint64_t h[8][8], const uint
     v[i + 8] = _mm512_set1_epi64(int64_t(kIv[i]));
   }
   v[12] = _mm512_xor_si512(v[12], _mm512_loadu_si512(t));
-  auto g = [&](int a, int b, int c, int d, __m512i x, __m512i y)
+  auto g = [&](int a, int b, int c, int d, const __m512i& x, const __m512i& y)
       __attribute__((target("avx512f"))) {
     v[a] = _mm512_add_epi64(_mm512_add_epi64(v[a], v[b]), x);
     v[d] = _mm512_ror_epi64(_mm512_xor_si512(v[d], v[a]), 32);
