@@ -548,9 +548,60 @@ void add_state_commands(CLI::App& api_app, StateCommandOptions& opts) {
   prune->add_flag("--json", opts.json, "print one JSON document");
   prune->add_flag("-v,--verbose", opts.verbose, "progress on stderr (each box, each delete batch)");
   prune->add_option("--user", opts.user, "only this user")->type_name("NAME");
+  CLI::App* ls = state->add_subcommand(
+      "ls", "List the store's objects (key and size) in key order; runs beside a running api");
+  ls->fallthrough();
+  ls->callback([&opts] {
+    opts.requested = true;
+    opts.ls = true;
+  });
+  ls->add_option("prefix", opts.prefix, "only keys that start with it (a user's: u<id>/)")
+      ->type_name("PREFIX");
+  ls->add_flag("--json", opts.json, "print one JSON document");
 }
 
+namespace {
+
+int run_state_ls(const StateCommandOptions& opts, std::ostream& out, std::ostream& err) {
+  const auto fail = [&](const Status& st) {
+    err << "cocoonbox api state ls: " << st.message() << "\n";
+    return st.code() == Code::kInvalidArgument ? 2 : 1;
+  };
+  if (!opts.open_store) return fail(internal_error("no store"));
+  auto store = opts.open_store();
+  if (!store.ok()) return fail(store.status());
+  json objects = json::array();
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+  std::string after;
+  while (true) {
+    auto page = (*store)->list(opts.prefix, after);
+    if (!page.ok()) return fail(page.status());
+    for (const state::ObjectInfo& o : page->objects) {
+      ++count;
+      bytes += o.size;
+      if (opts.json) {
+        objects.push_back(json{{"key", o.key}, {"size", o.size}});
+      } else {
+        out << o.key << ' ' << o.size << '\n';
+      }
+    }
+    if (!page->truncated || page->objects.empty()) break;
+    after = page->objects.back().key;
+  }
+  if (opts.json) {
+    out << json{{"prefix", opts.prefix}, {"objects", objects}, {"count", count}, {"bytes", bytes}}
+               .dump()
+        << "\n";
+  }
+  out.flush();
+  return 0;
+}
+
+}  // namespace
+
 int run_state_command(const StateCommandOptions& opts, std::ostream& out, std::ostream& err) {
+  if (opts.ls) return run_state_ls(opts, out, err);
   const auto fail = [&](const Status& st) {
     err << "cocoonbox api state prune: " << st.message() << "\n";
     return st.code() == Code::kInvalidArgument ? 2 : 1;

@@ -149,7 +149,9 @@ class StateGc {
 // ---- `cocoonbox api state prune` ----
 
 struct StateCommandOptions {
-  bool requested = false;  // set by the parser when `state prune` was given
+  bool requested = false;  // set by the parser when `state prune` or `state ls` was given
+  bool ls = false;         // `state ls`, not `state prune`
+  std::string prefix;      // ls: only keys that start with it
   std::string now;         // --now ("" = the real time)
   bool dry_run = false;
   bool json = false;
@@ -162,10 +164,12 @@ struct StateCommandOptions {
   std::function<Result<std::unique_ptr<state::Store>>()> open_store;
 };
 
-// Registers `state prune` on |api_app|; parent options (--data-dir, --state-keep, ...) may
-// follow it. |opts| must outlive the parse.
+// Registers `state prune` and `state ls` on |api_app|; parent options (--data-dir, --state-keep,
+// ...) may follow it. |opts| must outlive the parse.
 void add_state_commands(CLI::App& api_app, StateCommandOptions& opts);
 
+// Runs `state ls`: lists the store's objects under the prefix, in key order, "<key> <size>"
+// per line (or one JSON document with --json); read-only, so it runs beside a running api.
 // Runs `state prune`: takes the data dir's lock (fails naming the running api's pid), opens
 // api.db and the master key, and runs gc_user_offline() for each user with state. Prints per
 // box the kept and dropped snapshots and per user the chunks deleted and bytes freed (or one
