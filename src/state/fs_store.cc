@@ -1,14 +1,20 @@
 #include "state/fs_store.h"
 
+#include "crypto/hash.h"
+#include "crypto/random.h"
+
 #include <algorithm>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <memory>
+#include <set>
 #include <string.h>
 #include <string>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
@@ -151,7 +157,200 @@ Status walk(const std::string& dir, const std::string& key_base, Walk& w) {
   return ok_status();
 }
 
+Status pwrite_all(int fd, std::string_view data, uint64_t offset, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::pwrite(fd, data.data(), data.size(), off_t(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("write " + path, errno);
+    }
+    data.remove_prefix(size_t(n));
+    offset += uint64_t(n);
+  }
+  return ok_status();
+}
+
+Status pread_exact(int fd, std::string& out, uint64_t offset, const std::string& path) {
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + got, out.size() - got, off_t(offset + got));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("read " + path, errno);
+    }
+    if (n == 0) return data_loss(path + ": shorter than its index says");
+    got += size_t(n);
+  }
+  return ok_status();
+}
+
+std::string_view first_segment(std::string_view key) { return key.substr(0, key.find('/')); }
+
+// A folder's change stamp. A change after the stamp was taken gives it another mtime unless
+// it came within the same tick of the file system's coarse clock: a stamp is trusted only once
+// its mtime is older than kRacyStamp at the time it was taken (as git's racy index entries).
+struct DirStamp {
+  bool exists = false;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  ino_t ino = 0;
+
+  bool operator==(const DirStamp&) const = default;
+};
+constexpr int64_t kRacyStampNs = 100'000'000;
+
+int64_t ns_of(const timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
+
+int64_t realtime_ns() {
+  timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return ns_of(now);
+}
+
+Result<DirStamp> stamp_of(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return DirStamp{};
+    return errno_status("stat " + dir, errno);
+  }
+  return DirStamp{true, ns_of(st.st_mtim), ns_of(st.st_ctim), st.st_ino};
+}
+
+// A group folder's packs by name, each with its newest index generation (0: the pack's own).
+// Index files of older generations, or without a pack, go to |stale| if given.
+Result<std::map<std::string, uint64_t>> read_pack_dir(const std::string& dir,
+                                                      std::vector<std::string>* stale) {
+  std::map<std::string, uint64_t> packs;
+  std::vector<std::pair<std::string, uint64_t>> indexes;  // (pack name, generation)
+  std::vector<std::string> index_files;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) {
+    if (errno == ENOENT || errno == ENOTDIR) return packs;  // none yet (or none possible)
+    return errno_status("opendir " + dir, errno);
+  }
+  while (true) {
+    errno = 0;
+    dirent* e = ::readdir(d.get());
+    if (e == nullptr) {
+      if (errno != 0) return errno_status("readdir " + dir, errno);
+      break;
+    }
+    const std::string_view name = e->d_name;
+    if (name.ends_with(".pack")) {
+      packs.emplace(std::string(name.substr(0, name.size() - 5)), 0);
+    } else if (name.ends_with(".idx")) {
+      // <pack>.<generation>.idx
+      const std::string_view stem = name.substr(0, name.size() - 4);
+      const size_t dot = stem.rfind('.');
+      if (dot == std::string_view::npos) continue;
+      uint64_t gen = 0;
+      const std::string_view digits = stem.substr(dot + 1);
+      if (digits.empty() || digits.size() > 18) continue;
+      bool numeric = true;
+      for (char c : digits) {
+        if (c < '0' || c > '9') numeric = false;
+        gen = gen * 10 + uint64_t(c - '0');
+      }
+      if (!numeric || gen == 0) continue;
+      indexes.emplace_back(std::string(stem.substr(0, dot)), gen);
+      index_files.emplace_back(name);
+    }
+  }
+  for (const auto& [pack, gen] : indexes) {
+    auto it = packs.find(pack);
+    if (it != packs.end()) it->second = std::max(it->second, gen);
+  }
+  if (stale != nullptr) {
+    for (size_t i = 0; i < indexes.size(); ++i) {
+      auto it = packs.find(indexes[i].first);
+      if (it == packs.end() || indexes[i].second < it->second) {
+        stale->push_back(dir + "/" + index_files[i]);
+      }
+    }
+  }
+  return packs;
+}
+
+std::string index_path(const std::string& dir, const std::string& pack, uint64_t gen) {
+  return dir + "/" + pack + "." + std::to_string(gen) + ".idx";
+}
+
+// The index of generation |gen| of the pack open as |fd| (|size| bytes) at |path|.
+Result<PackIndex> read_pack_index(int fd, uint64_t size, const std::string& path,
+                                  const std::string& dir, const std::string& pack, uint64_t gen) {
+  if (gen == 0) {
+    // The pack's own index, at its end: the last 64 KiB hold all of a small one.
+    std::string tail(size_t(std::min<uint64_t>(size, 64u << 10)), '\0');
+    RETURN_IF_ERROR(pread_exact(fd, tail, size - tail.size(), path));
+    ASSIGN_OR_RETURN(size_t index_size, pack_index_size(tail, path));
+    if (index_size + kPackFooterSize > tail.size()) {
+      if (index_size + kPackFooterSize > size) return data_loss(path + ": index beyond the file");
+      tail.resize(index_size + kPackFooterSize);
+      RETURN_IF_ERROR(pread_exact(fd, tail, size - tail.size(), path));
+    }
+    size_t consumed = 0;
+    ASSIGN_OR_RETURN(PackIndex index, decode_pack_index(tail, path, &consumed));
+    if (index.data_size != size - consumed) return data_loss(path + ": data size mismatch");
+    return index;
+  }
+  const std::string file = index_path(dir, pack, gen);
+  Fd idx(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (idx.get() < 0) return errno_status("open " + file, errno);
+  struct stat st;
+  if (::fstat(idx.get(), &st) != 0) return errno_status("stat " + file, errno);
+  if (uint64_t(st.st_size) > kMaxPackIndexSize + kPackFooterSize) {
+    return data_loss(file + ": too large");
+  }
+  std::string bytes(size_t(st.st_size), '\0');
+  RETURN_IF_ERROR(pread_exact(idx.get(), bytes, 0, file));
+  size_t consumed = 0;
+  ASSIGN_OR_RETURN(PackIndex index, decode_pack_index(bytes, file, &consumed));
+  if (consumed != bytes.size()) return data_loss(file + ": bytes before the index");
+  if (index.data_size + kPackFooterSize > size) return data_loss(file + ": data beyond the pack");
+  return index;
+}
+
+std::string random_hex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  crypto::system_random().fill({reinterpret_cast<uint8_t*>(raw.data()), raw.size()});
+  return crypto::hex_encode(raw);
+}
+
 }  // namespace
+
+struct FsStore::PackFile {
+  std::string name;  // 16 hex digits
+  std::string path;  // <group folder>/<name>.pack
+  uint64_t gen = 0;  // the current index: 0 the pack's own, else <name>.<gen>.idx
+};
+
+struct FsStore::Loc {
+  std::shared_ptr<const PackFile> pack;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct FsStore::Group {
+  std::string name;
+  std::string dir;  // <root>/.packs/<name>
+  std::mutex mu;
+  // Guarded by mu:
+  bool read = false;     // the folder was read at least once
+  DirStamp stamp;        // of the folder at that read
+  bool trusted = false;  // the stamp proves no change when equal (not racy)
+  std::map<std::string, std::shared_ptr<const PackFile>> packs;  // by name
+  std::map<std::string, Loc, std::less<>> keys;
+};
+
+struct FsStore::OpenPack {
+  std::string group;
+  std::string temp;
+  int fd = -1;
+  uint64_t end = 0;  // bytes reserved so far
+  int writers = 0;   // pwrites under way
+  Status error;      // the first failed write
+  std::vector<PackEntry> entries;
+};
 
 Result<std::unique_ptr<FsStore>> FsStore::open(const std::filesystem::path& root, Options options) {
   std::error_code ec;
@@ -164,7 +363,7 @@ Result<std::unique_ptr<FsStore>> FsStore::open(const std::filesystem::path& root
 }
 
 FsStore::FsStore(std::filesystem::path root, Options options)
-    : root_(std::move(root)), options_(options) {
+    : root_(std::move(root)), options_(options), packs_dir_((root_ / ".packs").string()) {
   static std::atomic<uint64_t> stores{0};
   temp_dir_ =
       (root_ / (".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(stores.fetch_add(1))))
@@ -172,7 +371,10 @@ FsStore::FsStore(std::filesystem::path root, Options options)
 }
 
 FsStore::~FsStore() {
-  for (const Deferred& d : deferred_) ::unlink(d.temp.c_str());
+  for (auto& [group, p] : open_) {
+    ::close(p->fd);
+    ::unlink(p->temp.c_str());
+  }
   remove_temp_dir();
 }
 
@@ -188,10 +390,7 @@ void FsStore::remove_temp_dir() {
   ::rmdir(temp_dir_.c_str());
 }
 
-Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsync_file,
-                           std::string& temp, std::string& path) {
-  RETURN_IF_ERROR(validate_key(key));
-  path = (root_ / key).string();
+Result<int> FsStore::create_temp(std::string& temp) {
   int raw = -1;
   // The folders are created when missing: at the first put, and again after a sync()
   // removed them (a concurrent sync() may remove one between the mkdir and the open: try
@@ -200,7 +399,7 @@ Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsy
   const std::string bucket = temp_bucket(first);
   for (int attempt = 0; raw < 0; ++attempt) {
     temp = bucket + "/" + std::to_string(attempt == 0 ? first : temp_counter_.fetch_add(1));
-    raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    raw = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (raw >= 0 || attempt >= 8) break;
     if (errno == ENOENT) {
       for (const std::string& dir : {temp_dir_, bucket}) {
@@ -213,6 +412,11 @@ Status FsStore::write_temp(std::string_view key, std::string_view data, bool fsy
     }
   }
   if (raw < 0) return errno_status("create " + temp, errno);
+  return raw;
+}
+
+Status FsStore::write_temp(std::string_view data, bool fsync_file, std::string& temp) {
+  ASSIGN_OR_RETURN(int raw, create_temp(temp));
   Fd fd(raw);
   Status s = write_all(fd.get(), data, temp);
   if (s.ok() && fsync_file && ::fsync(fd.get()) != 0) s = errno_status("fsync " + temp, errno);
@@ -226,8 +430,7 @@ Status FsStore::rename_into_place(const std::string& temp, const std::string& pa
   if (::rename(temp.c_str(), path.c_str()) == 0) return ok_status();
   if (errno != ENOENT) return errno_status("rename " + path, errno);
   // The object's folder is missing (the first object under it): create the missing parents
-  // one level at a time, remembering them to fsync their parents, and try once more. A save
-  // puts thousands of chunks into 256 folders, so this runs 256 times, not per chunk.
+  // one level at a time, remembering them to fsync their parents, and try once more.
   const std::string root = root_.string();
   for (size_t slash = path.find('/', root.size() + 1); slash != std::string::npos;
        slash = path.find('/', slash + 1)) {
@@ -242,105 +445,106 @@ Status FsStore::rename_into_place(const std::string& temp, const std::string& pa
   return ok_status();
 }
 
+Status FsStore::sync_dirs(const std::string& dir, const std::vector<std::string>& created) const {
+  if (!options_.sync) return ok_status();
+  RETURN_IF_ERROR(fsync_path(dir));
+  for (const std::string& d : created) RETURN_IF_ERROR(fsync_path(parent_of(d)));
+  return ok_status();
+}
+
 Status FsStore::put(std::string_view key, std::string_view data) {
-  std::string temp, path;
-  RETURN_IF_ERROR(write_temp(key, data, options_.sync, temp, path));
+  RETURN_IF_ERROR(validate_key(key));
+  const std::string path = (root_ / key).string();
+  std::string temp;
+  RETURN_IF_ERROR(write_temp(data, options_.sync, temp));
   std::vector<std::string> created;
   if (Status s = rename_into_place(temp, path, created); !s.ok()) {
     ::unlink(temp.c_str());
     return s;
   }
-  if (options_.sync) {
-    RETURN_IF_ERROR(fsync_path(parent_of(path)));
-    for (const std::string& d : created) RETURN_IF_ERROR(fsync_path(parent_of(d)));
-  }
-  return ok_status();
+  return sync_dirs(parent_of(path), created);
 }
 
 Status FsStore::put_deferred(std::string_view key, std::string_view data) {
-  if (!options_.sync) return put(key, data);
-  std::string temp, path;
-  RETURN_IF_ERROR(write_temp(key, data, false, temp, path));
-  std::vector<Deferred> batch;
+  RETURN_IF_ERROR(validate_key(key));
+  const std::string_view group = first_segment(key);
+  OpenPack* p = nullptr;
+  uint64_t offset = 0;
   {
     std::lock_guard lock(mu_);
-    deferred_.push_back(Deferred{std::move(temp), std::move(path)});
-    deferred_bytes_ += data.size();
-    // Enough waiting: this thread makes them durable and visible now, while the other put
-    // threads go on, instead of leaving all of a save's writeback and renames to the end
-    // (one at a time: a flush waits for the disk, and a second would wait for the same).
-    if (deferred_bytes_ < options_.flush_bytes || busy_ != 0) return ok_status();
-    take_deferred(batch);
-  }
-  Status s = publish(batch);
-  end_publish();
-  return s;
-}
-
-void FsStore::take_deferred(std::vector<Deferred>& batch) {
-  batch.swap(deferred_);
-  deferred_bytes_ = 0;
-  ++busy_;
-}
-
-Status FsStore::publish(std::vector<Deferred>& batch) {
-  if (batch.empty()) return ok_status();
-  size_t renamed = 0;
-  auto fail = [&](Status s) {
-    for (size_t i = renamed; i < batch.size(); ++i) ::unlink(batch[i].temp.c_str());
-    std::lock_guard lock(mu_);
-    if (renamed > 0) renamed_unsynced_ = true;
-    return s;
-  };
-  // 1. Every temporary's bytes (and the directories holding them) on disk: one syncfs
-  //    instead of an fsync per object.
-  if (Status synced = syncfs_root(); !synced.ok()) return fail(synced);
-  // 2. Only then the names: an object's name never points at bytes not on disk. The names,
-  //    and folders created for them, become durable with sync()'s last syncfs.
-  std::vector<std::string> created;
-  for (; renamed < batch.size(); ++renamed) {
-    const Deferred& d = batch[renamed];
-    if (Status s = rename_into_place(d.temp, d.path, created); !s.ok()) return fail(s);
-  }
-  std::lock_guard lock(mu_);
-  renamed_unsynced_ = true;
-  return ok_status();
-}
-
-Status FsStore::sync() {
-  std::vector<Deferred> batch;
-  {
-    // After any flush under way (it may hold puts deferred before this call), and alone: a
-    // concurrent sync() returns only once this one's renames are durable too.
-    std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return busy_ == 0; });
-    if (deferred_.empty() && !renamed_unsynced_) return ok_status();
-    take_deferred(batch);
-  }
-  Status s = publish(batch);
-  // 3. The renames, this one's and the flushes' before it.
-  if (s.ok()) {
-    {
-      std::lock_guard lock(mu_);
-      renamed_unsynced_ = false;  // set again by a flush from here on, or below on failure
+    auto it = open_.find(group);
+    if (it == open_.end()) {
+      auto fresh = std::make_unique<OpenPack>();
+      fresh->group = std::string(group);
+      ASSIGN_OR_RETURN(fresh->fd, create_temp(fresh->temp));
+      it = open_.emplace(fresh->group, std::move(fresh)).first;
     }
-    s = syncfs_root();
+    p = it->second.get();
+    offset = p->end;
+    p->end += data.size();
+    p->entries.push_back(PackEntry{std::string(key), offset, data.size()});
+    ++p->writers;
   }
-  // The temporaries' folder grew to hold every one of them at once and ext4 never shrinks a
-  // folder: remove it when empty (it is not, harmlessly, while another put is writing).
-  if (s.ok()) remove_temp_dir();
-  if (!s.ok()) {
+  // Outside the lock: the put threads write their objects into one pack side by side.
+  const Status written = pwrite_all(p->fd, data, offset, p->temp);
+  std::unique_ptr<OpenPack> full;
+  {
     std::lock_guard lock(mu_);
-    renamed_unsynced_ = true;
+    --p->writers;
+    if (!written.ok() && p->error.ok()) p->error = written;
+    idle_cv_.notify_all();
+    if (!written.ok()) return written;
+    // Full: this thread publishes it while the others go on with a new one (one publish at
+    // a time: a second would wait for the same disk).
+    auto it = open_.find(group);
+    if (p->end < options_.flush_bytes || busy_ != 0 || it == open_.end() || it->second.get() != p) {
+      return ok_status();
+    }
+    full = std::move(it->second);
+    open_.erase(it);
+    ++busy_;
   }
+  Status s = publish(std::move(full));
   end_publish();
   return s;
 }
 
-Status FsStore::syncfs_root() const {
-  Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (root.get() < 0) return errno_status("open " + root_.string(), errno);
-  if (::syncfs(root.get()) != 0) return errno_status("syncfs " + root_.string(), errno);
+Status FsStore::publish(std::unique_ptr<OpenPack> p) {
+  {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return p->writers == 0; });
+  }
+  Fd fd(p->fd);
+  Status s = p->error;
+  PackIndex index{p->end, std::move(p->entries)};
+  if (s.ok()) s = pwrite_all(fd.get(), encode_pack_index(index), p->end, p->temp);
+  // The bytes on disk before a name points at them.
+  if (s.ok() && options_.sync && ::fdatasync(fd.get()) != 0) {
+    s = errno_status("fdatasync " + p->temp, errno);
+  }
+  if (s.ok() && ::close(fd.release()) != 0) s = errno_status("close " + p->temp, errno);
+  Group& g = group(p->group);
+  auto pack = std::make_shared<PackFile>();
+  pack->name = random_hex(8);
+  pack->path = g.dir + "/" + pack->name + ".pack";
+  std::vector<std::string> created;
+  if (s.ok()) s = rename_into_place(p->temp, pack->path, created);
+  if (!s.ok()) {
+    ::unlink(p->temp.c_str());
+    std::lock_guard lock(mu_);
+    if (publish_error_.ok()) publish_error_ = s;
+    return s;
+  }
+  {
+    std::lock_guard lock(mu_);
+    unsynced_dirs_.insert(g.dir);
+    for (const std::string& d : created) unsynced_dirs_.insert(parent_of(d));
+  }
+  std::lock_guard lock(g.mu);
+  for (const PackEntry& e : index.entries) {
+    g.keys.insert_or_assign(e.key, Loc{pack, e.offset, e.size});
+  }
+  g.packs.emplace(pack->name, std::move(pack));
   return ok_status();
 }
 
@@ -350,42 +554,191 @@ void FsStore::end_publish() {
   idle_cv_.notify_all();
 }
 
+Status FsStore::sync() {
+  std::vector<std::unique_ptr<OpenPack>> batch;
+  {
+    // After any publish under way (it may hold puts deferred before this call), and alone: a
+    // concurrent sync() returns only once this one's renames are durable too.
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return busy_ == 0; });
+    if (open_.empty() && unsynced_dirs_.empty() && publish_error_.ok()) return ok_status();
+    for (auto& [group, p] : open_) batch.push_back(std::move(p));
+    open_.clear();
+    ++busy_;
+  }
+  Status s = ok_status();
+  for (auto& p : batch) {
+    Status published = publish(std::move(p));
+    if (s.ok()) s = published;
+  }
+  std::set<std::string> dirs;
+  {
+    std::lock_guard lock(mu_);
+    if (s.ok()) s = publish_error_;
+    publish_error_ = ok_status();
+    dirs.swap(unsynced_dirs_);
+  }
+  // The renames, this one's and the flushes' before it.
+  if (options_.sync) {
+    for (const std::string& dir : dirs) {
+      Status synced = fsync_path(dir);
+      if (s.ok()) s = synced;
+    }
+  }
+  // The temporaries' folder: removed when empty (it is not, harmlessly, while another put is
+  // writing).
+  if (s.ok()) remove_temp_dir();
+  end_publish();
+  return s;
+}
+
 int FsStore::put_concurrency() const {
   const int cores = int(std::thread::hardware_concurrency());
   return std::clamp(cores + 2, 3, 8);
 }
 
+FsStore::Group& FsStore::group(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(name);
+  if (it == groups_.end()) {
+    auto g = std::make_unique<Group>();
+    g->name = std::string(name);
+    g->dir = packs_dir_ + "/" + g->name;
+    it = groups_.emplace(g->name, std::move(g)).first;
+  }
+  return *it->second;
+}
+
+Status FsStore::refresh(Group& g, bool force) {
+  for (int attempt = 0;; ++attempt) {
+    const int64_t now = realtime_ns();
+    ASSIGN_OR_RETURN(DirStamp stamp, stamp_of(g.dir));
+    if (!force && g.read && g.trusted && stamp == g.stamp) return ok_status();
+    ASSIGN_OR_RETURN(auto names, read_pack_dir(g.dir, nullptr));
+    std::map<std::string, std::shared_ptr<const PackFile>> packs;
+    std::vector<std::pair<std::shared_ptr<const PackFile>, PackIndex>> loaded;
+    bool changed = names.size() != g.packs.size();
+    bool vanished = false;
+    for (const auto& [name, gen] : names) {
+      auto old = g.packs.find(name);
+      if (old != g.packs.end() && old->second->gen == gen) {
+        packs.emplace(name, old->second);
+        continue;
+      }
+      changed = true;
+      auto pack = std::make_shared<PackFile>(PackFile{name, g.dir + "/" + name + ".pack", gen});
+      Fd fd(::open(pack->path.c_str(), O_RDONLY | O_CLOEXEC));
+      struct stat st;
+      if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
+        if (errno == ENOENT) {
+          vanished = true;  // deleted or compacted since the readdir
+          break;
+        }
+        return errno_status("open " + pack->path, errno);
+      }
+      auto index = read_pack_index(fd.get(), uint64_t(st.st_size), pack->path, g.dir, name, gen);
+      if (!index.ok()) {
+        if (index.status().code() == Code::kNotFound) {
+          vanished = true;  // a newer index replaced this one since the readdir
+          break;
+        }
+        if (index.status().code() != Code::kDataLoss) return index.status();
+        continue;  // left out: its objects read as missing
+      }
+      packs.emplace(name, pack);
+      loaded.emplace_back(std::move(pack), std::move(*index));
+    }
+    if (vanished && attempt < 8) continue;
+    if (vanished) return unavailable(g.dir + ": packs keep changing");
+    if (changed) {
+      // Rebuilt from the packs kept and the ones read now.
+      std::map<std::string, Loc, std::less<>> keys;
+      for (auto& [key, loc] : g.keys) {
+        auto it = packs.find(loc.pack->name);
+        if (it != packs.end() && it->second == loc.pack) keys.emplace(key, loc);
+      }
+      for (auto& [pack, index] : loaded) {
+        for (PackEntry& e : index.entries) {
+          keys.emplace(std::move(e.key), Loc{pack, e.offset, e.size});
+        }
+      }
+      g.keys = std::move(keys);
+      g.packs = std::move(packs);
+    }
+    g.read = true;
+    g.stamp = stamp;
+    g.trusted = stamp.exists ? stamp.mtime_ns < now - kRacyStampNs : true;
+    return ok_status();
+  }
+}
+
+Result<std::optional<FsStore::Loc>> FsStore::find_packed(std::string_view key, bool force_on_miss) {
+  Group& g = group(first_segment(key));
+  std::lock_guard lock(g.mu);
+  RETURN_IF_ERROR(refresh(g, false));
+  auto it = g.keys.find(key);
+  if (it == g.keys.end() && force_on_miss) {
+    RETURN_IF_ERROR(refresh(g, true));
+    it = g.keys.find(key);
+  }
+  if (it == g.keys.end()) return std::optional<Loc>();
+  return std::optional<Loc>(it->second);
+}
+
+Result<std::string> FsStore::read_packed(const Loc& loc) const {
+  Fd fd(::open(loc.pack->path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errno_status("open " + loc.pack->path, errno);
+  std::string out(size_t(loc.size), '\0');
+  RETURN_IF_ERROR(pread_exact(fd.get(), out, loc.offset, loc.pack->path));
+  return out;
+}
+
+// A file of the key, else its packed copy: a put() replaces what is there, packed or not.
 Result<std::string> FsStore::get(std::string_view key) {
   RETURN_IF_ERROR(validate_key(key));
   const std::string path = (root_ / key).string();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return errno_status("open " + std::string(key), errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
-  if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
-  // Objects are written to a temporary and renamed into place, never changed in place, so
-  // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
-  std::string out;
-  out.resize(size_t(st.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_status("read " + path, errno);
+  if (fd.get() >= 0) {
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
+    if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+    // Objects are written to a temporary and renamed into place, never changed in place, so
+    // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
+    std::string out(size_t(st.st_size), '\0');
+    Status read = pread_exact(fd.get(), out, 0, path);
+    if (!read.ok()) {
+      if (read.code() == Code::kDataLoss) return data_loss(path + ": shorter than its size");
+      return read;
     }
-    if (n == 0) return data_loss(path + ": shorter than its size");
-    got += size_t(n);
+    return out;
   }
-  return out;
+  if (errno != ENOENT && errno != ENOTDIR) return errno_status("open " + std::string(key), errno);
+  // A miss looks at the packs' folder once more, for a pack published or compacted by
+  // another store since.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ASSIGN_OR_RETURN(std::optional<Loc> loc, find_packed(key, attempt > 0));
+    if (!loc.has_value()) {
+      if (attempt > 0) break;
+      continue;
+    }
+    auto data = read_packed(*loc);
+    if (data.ok() || data.status().code() != Code::kNotFound) return data;
+    // The pack went since its index was read: look again.
+  }
+  return not_found(std::string(key) + ": no such object");
 }
 
 Result<uint64_t> FsStore::stat(std::string_view key) {
   RETURN_IF_ERROR(validate_key(key));
   struct stat st;
-  if (::stat((root_ / key).c_str(), &st) != 0) return errno_status(std::string(key), errno);
-  if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
-  return uint64_t(st.st_size);
+  if (::stat((root_ / key).c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+    return uint64_t(st.st_size);
+  }
+  if (errno != ENOENT && errno != ENOTDIR) return errno_status(std::string(key), errno);
+  ASSIGN_OR_RETURN(std::optional<Loc> loc, find_packed(key, false));
+  if (loc.has_value()) return loc->size;
+  return not_found(std::string(key) + ": no such object");
 }
 
 Result<ListPage> FsStore::list(std::string_view prefix, std::string_view start_after,
@@ -395,6 +748,43 @@ Result<ListPage> FsStore::list(std::string_view prefix, std::string_view start_a
   }
   Walk w{prefix, start_after, limit, {}};
   RETURN_IF_ERROR(walk(root_.string(), "", w));
+  // The packed objects of every group that can hold a key with |prefix|; with a file of the
+  // same key, the file (as get() reads it).
+  std::vector<ObjectInfo> packed;
+  auto groups = read_children(packs_dir_);
+  if (!groups.ok() && groups.status().code() != Code::kNotFound) return groups.status();
+  for (const DirChild& child : groups.ok() ? *groups : std::vector<DirChild>()) {
+    if (!child.is_dir) continue;
+    if (!prefix.starts_with(child.name + "/") &&
+        !std::string_view(child.name).starts_with(prefix)) {
+      continue;
+    }
+    Group& g = group(child.name);
+    std::lock_guard lock(g.mu);
+    RETURN_IF_ERROR(refresh(g, false));
+    const std::string_view from = std::max(prefix, start_after);
+    size_t taken = 0;
+    for (auto it = g.keys.lower_bound(from); it != g.keys.end() && taken <= limit; ++it) {
+      if (!std::string_view(it->first).starts_with(prefix)) {
+        if (it->first > prefix) break;
+        continue;
+      }
+      if (std::string_view(it->first) <= start_after) continue;
+      packed.push_back({it->first, it->second.size});
+      ++taken;
+    }
+  }
+  if (!packed.empty()) {
+    packed.insert(packed.begin(), std::make_move_iterator(w.page.objects.begin()),
+                  std::make_move_iterator(w.page.objects.end()));
+    std::stable_sort(packed.begin(), packed.end(),
+                     [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    packed.erase(
+        std::unique(packed.begin(), packed.end(),
+                    [](const ObjectInfo& a, const ObjectInfo& b) { return a.key == b.key; }),
+        packed.end());
+    w.page.objects = std::move(packed);
+  }
   if (w.page.objects.size() > limit) {
     w.page.objects.resize(limit);
     w.page.truncated = true;
@@ -407,12 +797,129 @@ Status FsStore::delete_batch(std::span<const std::string> keys) {
     return invalid_argument("delete: at most " + std::to_string(kMaxDeleteBatch) + " keys");
   }
   for (const auto& key : keys) RETURN_IF_ERROR(validate_key(key));
+  std::map<std::string, std::vector<std::string>, std::less<>> by_group;
   for (const auto& key : keys) {
     if (::unlink((root_ / key).c_str()) != 0 && errno != ENOENT) {
       return errno_status("unlink " + key, errno);
     }
+    by_group[std::string(first_segment(key))].push_back(key);
+  }
+  for (auto& [name, group_keys] : by_group) {
+    if (::access((packs_dir_ + "/" + name).c_str(), F_OK) != 0) continue;  // nothing packed
+    RETURN_IF_ERROR(delete_packed(group(name), std::move(group_keys)));
   }
   return ok_status();
+}
+
+Status FsStore::delete_packed(Group& g, std::vector<std::string> keys) {
+  // Until no pack holds any of the keys: a crash in a compaction can leave a key in two
+  // packs, and another deleter can move one meanwhile.
+  for (int round = 0;; ++round) {
+    std::map<std::string, std::pair<std::shared_ptr<const PackFile>, std::vector<std::string>>>
+        by_pack;
+    {
+      std::lock_guard lock(g.mu);
+      RETURN_IF_ERROR(refresh(g, round > 0));
+      for (const std::string& key : keys) {
+        auto it = g.keys.find(key);
+        if (it == g.keys.end()) continue;
+        auto& slot = by_pack[it->second.pack->name];
+        slot.first = it->second.pack;
+        slot.second.push_back(key);
+      }
+    }
+    if (by_pack.empty()) break;
+    if (round == 8) return unavailable(g.dir + ": packs keep changing");
+    for (auto& [name, slot] : by_pack) {
+      RETURN_IF_ERROR(delete_from_pack(g, *slot.first, slot.second));
+    }
+  }
+  std::lock_guard lock(g.mu);
+  g.trusted = false;  // read the folder again at the next call
+  return ok_status();
+}
+
+Status FsStore::delete_from_pack(Group& g, const PackFile& pack,
+                                 const std::vector<std::string>& keys) {
+  Fd fd(::open(pack.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return ok_status();  // gone since: the caller looks again
+    return errno_status("open " + pack.path, errno);
+  }
+  // One deleter of a pack at a time, in any process: the lock goes with the descriptor.
+  while (::flock(fd.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return errno_status("flock " + pack.path, errno);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + pack.path, errno);
+  if (st.st_nlink == 0) return ok_status();  // compacted or emptied by another deleter meanwhile
+  // The current index, read under the lock.
+  ASSIGN_OR_RETURN(auto names, read_pack_dir(g.dir, nullptr));
+  auto current = names.find(pack.name);
+  if (current == names.end()) return ok_status();
+  const uint64_t gen = current->second;
+  ASSIGN_OR_RETURN(PackIndex index, read_pack_index(fd.get(), uint64_t(st.st_size), pack.path,
+                                                    g.dir, pack.name, gen));
+  const std::set<std::string_view> gone(keys.begin(), keys.end());
+  const size_t before = index.entries.size();
+  std::erase_if(index.entries, [&](const PackEntry& e) { return gone.contains(e.key); });
+  if (index.entries.size() == before) return ok_status();  // deleted by another deleter already
+  const std::vector<std::string> none;
+  if (index.entries.empty()) {
+    // The pack first: its older indexes without it name nothing.
+    if (::unlink(pack.path.c_str()) != 0) return errno_status("unlink " + pack.path, errno);
+    RETURN_IF_ERROR(sync_dirs(g.dir, none));
+    for (uint64_t old = 1; old <= gen; ++old) ::unlink(index_path(g.dir, pack.name, old).c_str());
+    return ok_status();
+  }
+  // The next index, durable, before the older one goes: a crash leaves one of the two.
+  std::string temp;
+  RETURN_IF_ERROR(write_temp(encode_pack_index(index), options_.sync, temp));
+  std::vector<std::string> created;
+  if (Status s = rename_into_place(temp, index_path(g.dir, pack.name, gen + 1), created); !s.ok()) {
+    ::unlink(temp.c_str());
+    return s;
+  }
+  RETURN_IF_ERROR(sync_dirs(g.dir, created));
+  if (gen > 0) ::unlink(index_path(g.dir, pack.name, gen).c_str());
+  // Mostly dead: the live objects move to a new pack.
+  if (index.live_bytes() * 2 < index.data_size) {
+    RETURN_IF_ERROR(compact(g, fd.get(), pack, index));
+    if (::unlink(pack.path.c_str()) != 0) return errno_status("unlink " + pack.path, errno);
+    RETURN_IF_ERROR(sync_dirs(g.dir, none));
+    ::unlink(index_path(g.dir, pack.name, gen + 1).c_str());
+  }
+  return ok_status();
+}
+
+Status FsStore::compact(Group& g, int fd, const PackFile& pack, const PackIndex& index) {
+  std::string temp;
+  ASSIGN_OR_RETURN(int raw, create_temp(temp));
+  Fd out(raw);
+  PackIndex moved{0, {}};
+  std::string buf;
+  Status s = ok_status();
+  for (const PackEntry& e : index.entries) {
+    buf.resize(size_t(e.size));
+    s = pread_exact(fd, buf, e.offset, pack.path);
+    if (s.ok()) s = pwrite_all(out.get(), buf, moved.data_size, temp);
+    if (!s.ok()) break;
+    moved.entries.push_back(PackEntry{e.key, moved.data_size, e.size});
+    moved.data_size += e.size;
+  }
+  if (s.ok()) s = pwrite_all(out.get(), encode_pack_index(moved), moved.data_size, temp);
+  if (s.ok() && options_.sync && ::fdatasync(out.get()) != 0) {
+    s = errno_status("fdatasync " + temp, errno);
+  }
+  if (s.ok() && ::close(out.release()) != 0) s = errno_status("close " + temp, errno);
+  std::vector<std::string> created;
+  if (s.ok()) s = rename_into_place(temp, g.dir + "/" + random_hex(8) + ".pack", created);
+  if (!s.ok()) {
+    ::unlink(temp.c_str());
+    return s;
+  }
+  // Until the old pack goes, both name the live objects: either copy reads the same.
+  return sync_dirs(g.dir, created);
 }
 
 Result<size_t> FsStore::remove_temporaries() {
@@ -422,6 +929,10 @@ Result<size_t> FsStore::remove_temporaries() {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() == 0 && it->path().filename() == ".packs") {
+      it.disable_recursion_pending();
+      continue;
+    }
     if (it->path().filename().string().rfind(".tmp-", 0) != 0) continue;
     if (it->is_directory(ec) && it.depth() == 0) {
       it.disable_recursion_pending();
@@ -435,6 +946,19 @@ Result<size_t> FsStore::remove_temporaries() {
     }
   }
   if (ec) return internal_error("remove temporaries: " + ec.message());
+  // Pack indexes a newer one replaced, or whose pack is gone, that a crash left behind.
+  auto groups = read_children(packs_dir_);
+  if (groups.ok()) {
+    for (const DirChild& child : *groups) {
+      if (!child.is_dir) continue;
+      std::vector<std::string> stale;
+      ASSIGN_OR_RETURN(auto names, read_pack_dir(packs_dir_ + "/" + child.name, &stale));
+      (void)names;
+      files.insert(files.end(), stale.begin(), stale.end());
+    }
+  } else if (groups.status().code() != Code::kNotFound) {
+    return groups.status();
+  }
   size_t removed = 0;
   for (const auto& f : files) {
     std::error_code rm;

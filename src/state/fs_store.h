@@ -7,19 +7,30 @@
 //           <dir>/<name> (creating <dir> and its missing parents), fsync <dir> (and every
 //           directory put created, with its parent), so an object is either absent, the old
 //           one or all of the new one, also after a power loss
-//   put_deferred  write the temporary without fsync and remember it; sync() then makes
-//           every one remembered before it durable with one syncfs(2), renames them into place
-//           and syncfs's again: a chunk's name never points at bytes that are not on disk,
-//           and a crash before sync() leaves only temporaries (remove_temporaries()) and
-//           whole objects no snapshot names yet. Once Options::flush_bytes wait, the put
-//           that adds the last of them does the first syncfs and the renames itself, so a
-//           big save's writeback overlaps its other puts instead of all waiting for sync(); the
-//           temporaries' folder is removed once empty, so the thousands of names a save
-//           held there cost no space after it (in the object folders they would, as ext4
-//           never shrinks a directory)
-//   get     read the file; stat: its size
-//   list    a sorted walk that skips subtrees before start_after and stops at the limit
-//   delete  unlink; missing files are fine; directories stay
+//   put_deferred  append to this store's open pack for the key's first segment (a user's
+//           prefix): one file of many objects, <root>/.packs/<segment>/<16 hex>.pack once
+//           published, with an index of keys, offsets and sizes at its end (pack.h). A pack
+//           is published when it holds Options::flush_bytes (by the put that filled it, while
+//           the other put threads go on with a new one) or at sync(): fdatasync, then the
+//           rename into place, so an index never names bytes that are not on disk. sync()
+//           then fsyncs the folders the renames went into. A crash before leaves only
+//           temporaries (remove_temporaries()). 24,000 chunks cost a dozen files, not 24,000
+//           creates, renames and inode writebacks
+//   get     the file if there is one (a put() replaces what is there), else the packed object
+//           the pack indexes name; stat: its size
+//   list    a sorted walk that skips subtrees before start_after and stops at the limit,
+//           merged with the pack indexes' keys
+//   delete  unlink the file (missing files are fine; directories stay); for a packed object,
+//           write its pack's next index, <name>.<n>.idx, without it (fsync, rename, then the
+//           older index goes). Once less than half of a pack's bytes are named, its named
+//           objects move to a new pack and the old one goes. Deletes of one pack, from any
+//           process, take turns under flock(2) on it
+//
+// Each FsStore keeps the pack indexes it read in memory, per first segment, and reads the
+// pack folder again when its mtime changed (or is too recent to prove anything, as a
+// racy-git stamp), so a pack published or a delete done by another FsStore or process is
+// seen by the next call. A pack whose index does not decode is left out (its objects read as
+// missing: a restore fails with DATA_LOSS, a save stores them again).
 //
 // Files and directories are created 0600 / 0700. Names starting with '.' are never keys
 // (validate_key), so temporaries never show in list(); a crash can leave some behind, and
@@ -28,12 +39,17 @@
 // Thread-safety: all methods may run on several threads and in several processes at once
 // over one root; puts to one key race like S3's (last rename wins, each whole).
 
+#include "state/pack.h"
 #include "state/store.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -46,10 +62,10 @@ class FsStore final : public Store {
     // fsync files and directories on put. Off only for throwaway stores (benchmarks that
     // measure the rest); durability and the commit order depend on it.
     bool sync = true;
-    // Deferred bytes that make the next put_deferred() publish them (syncfs and renames)
-    // instead of waiting for sync(). A first save of scripts/bench state's tree (750 MB
-    // written) took 3.9-4.1 s with 64 MiB, 4.3-4.7 s with everything left to sync()
-    // (three interleaved runs each, page cache emptied before each, 2026-12-01).
+    // The bytes at which a pack is published by the put_deferred() that filled it, instead
+    // of waiting for sync(), so that its writeback overlaps the rest of the save. (With a
+    // file per object, before packs, a first save of scripts/bench state's tree took 3.9-4.1 s
+    // publishing every 64 MiB, 4.3-4.7 s leaving all to sync(); 2026-12-01.)
     size_t flush_bytes = 64u << 20;
   };
 
@@ -81,31 +97,49 @@ class FsStore final : public Store {
   FsStore(std::filesystem::path root, Options options);
 
  public:
-  ~FsStore() override;  // deletes the temporaries of deferred puts never synced
+  ~FsStore() override;  // deletes the open packs never published
 
  private:
-  // Writes |data| to a fresh temporary in temp_dir_ (created if missing) and closes it (fsync
-  // first if |fsync_file|); sets |temp| and |path|, the object's file.
-  Status write_temp(std::string_view key, std::string_view data, bool fsync_file, std::string& temp,
-                    std::string& path);
+  struct PackFile;  // a published pack and which of its indexes is current
+  struct Loc;       // where a packed object is
+  struct Group;     // the packs of one first key segment, and the keys they hold
+  struct OpenPack;  // a pack being written
+
+  // Creates a fresh temporary in temp_dir_ (and the folders when missing); sets |temp|.
+  Result<int> create_temp(std::string& temp);
+  // Writes |data| to a fresh temporary and closes it (fsync first if |fsync_file|).
+  Status write_temp(std::string_view data, bool fsync_file, std::string& temp);
   // Renames |temp| to |path|, creating |path|'s missing parents (recorded in |created|).
   Status rename_into_place(const std::string& temp, const std::string& path,
                            std::vector<std::string>& created);
+  // fsyncs |dir| and, for the folders in |created|, their parents. Nothing without sync.
+  Status sync_dirs(const std::string& dir, const std::vector<std::string>& created) const;
 
-  struct Deferred {
-    std::string temp;
-    std::string path;
-  };
-  // Moves the waiting puts into |batch| and counts one more publish under way. REQUIRES: mu_.
-  void take_deferred(std::vector<Deferred>& batch);
-  // syncfs, then renames |batch| into place; on an error deletes the temporaries not renamed.
-  Status publish(std::vector<Deferred>& batch);
-  // Counts the publish take_deferred() counted as ended and wakes a waiting sync().
-  void end_publish();
-  Status syncfs_root() const;  // syncfs(2) of the file system holding root_
+  Group& group(std::string_view name);
+  // Reads g's folder again if it changed since the last read, or always with |force|.
+  // REQUIRES: g.mu.
+  Status refresh(Group& g, bool force);
+  // Where |key| is packed, or nullopt; reads the folder again first when stale, and once
+  // more on a miss if |force_on_miss|.
+  Result<std::optional<Loc>> find_packed(std::string_view key, bool force_on_miss);
+  Result<std::string> read_packed(const Loc& loc) const;
+
+  // Waits for p's writes, appends its index, syncs, renames it into its group's folder and
+  // adds its keys to the group. Deletes the temporary on error.
+  Status publish(std::unique_ptr<OpenPack> p);
+  void end_publish();  // counts a publish as ended and wakes a waiting sync()
+
+  // Removes |keys| (all of one group) from the packs that hold them.
+  Status delete_packed(Group& g, std::vector<std::string> keys);
+  // Removes |keys| from |pack| under flock: a next index, or the pack gone, or compacted.
+  // Does nothing if the pack went meanwhile (the caller looks the keys up again).
+  Status delete_from_pack(Group& g, const PackFile& pack, const std::vector<std::string>& keys);
+  // Moves |index|'s objects from the pack open as |fd| into a new pack of |g|.
+  Status compact(Group& g, int fd, const PackFile& pack, const PackIndex& index);
 
   std::filesystem::path root_;
   Options options_;
+  std::string packs_dir_;  // <root>/.packs
   // <root>/.tmp-<pid>-<n>: this store's temporaries, one folder per FsStore of a process, in
   // kTempFanOut buckets: with every temporary of a save in one folder, the put threads'
   // creates queued on that folder's lock (perf: 5.7 % of a first save in rwsem_spin_on_owner).
@@ -115,12 +149,13 @@ class FsStore final : public Store {
   std::string temp_dir_;
   std::atomic<uint64_t> temp_counter_{0};
   std::mutex mu_;
-  std::condition_variable idle_cv_;  // busy_ fell to 0
+  std::condition_variable idle_cv_;  // busy_ fell to 0, or an open pack's writers did
   // Guarded by mu_:
-  std::vector<Deferred> deferred_;  // written, not yet published
-  size_t deferred_bytes_ = 0;
-  int busy_ = 0;                   // publishes under way (a flush, or a sync(): then alone)
-  bool renamed_unsynced_ = false;  // renames done since the last syncfs after renames
+  std::map<std::string, std::unique_ptr<OpenPack>, std::less<>> open_;  // by group
+  std::map<std::string, std::unique_ptr<Group>, std::less<>> groups_;
+  std::set<std::string> unsynced_dirs_;  // folders a publish renamed into, and their parents
+  Status publish_error_;                 // a failed publish's, until sync() reports it
+  int busy_ = 0;                         // publishes under way (a flush, or a sync(): alone)
 };
 
 }  // namespace cb::state

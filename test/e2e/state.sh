@@ -107,18 +107,24 @@ refuse 'snapshot_id' /workspace/t --snapshot 20200101T000000.000Z-00000000
 ok "restore refuses a path outside the roots, \"..\", a target with \"/\", a missing path or snapshot"
 
 # --- a tampered chunk: DATA_LOSS naming the file, nothing left behind ---
-find "$store/u1/chunks" -type f | sort >"$tmp/chunks.before"
+# Save 3 stores the new file's chunks in one new pack (<store>/.packs/u1/<name>.pack); a byte
+# flipped in every KiB of its objects tampers each of them.
+packs() { ls "$store/.packs/u1" | grep '\.pack$' | sort; }
+packs >"$tmp/packs.before"
 rsh main 'head -c 100000 /dev/urandom >/workspace/t/tamper' || fail "write tamper"
 cb save --json >"$tmp/save3.json" 2>/dev/null || fail "save 3"
 snap3=$(json 'v["snapshot"]["id"]' <"$tmp/save3.json")
-find "$store/u1/chunks" -type f | sort >"$tmp/chunks.after"
-new_chunk=$(comm -13 "$tmp/chunks.before" "$tmp/chunks.after" | head -1)
-[[ -n $new_chunk ]] || fail "save 3 stored no chunk"
-/usr/bin/python3 - "$new_chunk" <<'PY'
-import sys
+packs >"$tmp/packs.after"
+new_pack=$(comm -13 "$tmp/packs.before" "$tmp/packs.after")
+[[ -n $new_pack && $(wc -l <<<"$new_pack") == 1 ]] || fail "save 3 wrote packs '$new_pack'"
+/usr/bin/python3 - "$store/.packs/u1/$new_pack" <<'PY'
+import struct, sys
 p = sys.argv[1]
 b = bytearray(open(p, 'rb').read())
-b[len(b) // 2] ^= 0x40
+assert b[-8:] == b'CBPACK01', 'not a pack'
+index_size = struct.unpack('<I', b[-20:-16])[0]  # footer: size, digest, magic
+for i in range(512, len(b) - 20 - index_size, 1024):
+    b[i] ^= 0x40
 open(p, 'wb').write(bytes(b))
 PY
 before=$(rsh main 'ls -A /home/user/Restored | sort | tr "\n" " "')

@@ -27,7 +27,9 @@ store=$data/state
 refs=$tmp/refs.json  # snapshot id -> the chunk keys it references
 echo '{}' >"$refs"
 
-chunks() { (cd "$store" && { find u1/chunks -type f ! -name '.*' 2>/dev/null || true; } | sort); }
+# The store's chunk keys and all its keys (packed or not), as `state ls` lists them.
+chunks() { "$bin" api --data-dir "$data" state ls u1/chunks/ | cut -d' ' -f1 | sort; }
+objects() { "$bin" api --data-dir "$data" state ls | cut -d' ' -f1 | sort; }
 stop_api() {
   kill -TERM "$api_pid"
   wait "$api_pid" 2>/dev/null || true
@@ -156,6 +158,7 @@ rule=all=40d,weekly=26w
 now_ms=$(( $(json '[s for s in v if s["id"] == "'"$s3"'"][0]["saved_at_ms"]' <"$tmp/snaps.json") + 40 * 86400000 ))
 now_arg="@$((now_ms / 1000)).$(printf %03d $((now_ms % 1000)))"
 (cd "$store" && find . -type f | sort) >"$tmp/all.before"
+objects >"$tmp/objects.before"
 prune --state-keep "$rule" state prune --now "$now_arg" --dry-run --json >"$tmp/dry.json" ||
   fail "dry run: $(cat "$tmp/dry.json")"
 (cd "$store" && find . -type f | sort) >"$tmp/all.after"
@@ -174,7 +177,7 @@ cmp -s "$tmp/want.chunks" "$tmp/got.chunks" ||
 deleted=$(json 'v["users"][0]["chunks"]["deleted"]' <"$tmp/p1.json")
 [[ $(json 'v["users"][0]["chunks"]["deleted"]' <"$tmp/dry.json") == "$deleted" ]] ||
   fail "the dry run counted $(json 'v["users"][0]["chunks"]["deleted"]' <"$tmp/dry.json") chunks to delete, the prune deleted $deleted"
-(( deleted == $(wc -l <"$tmp/all.before" | tr -d ' ') - $(cd "$store" && find . -type f | wc -l) - $(json 'v["users"][0]["boxes"][0]["deleted_objects"]' <"$tmp/p1.json") )) ||
+(( deleted == $(wc -l <"$tmp/objects.before" | tr -d ' ') - $(objects | wc -l) - $(json 'v["users"][0]["boxes"][0]["deleted_objects"]' <"$tmp/p1.json") )) ||
   fail "the report's counts do not match the store: $(cat "$tmp/p1.json")"
 ok "state prune --now <save 3 + 40d> --state-keep $rule kept exactly the rule's $(wc -l <"$tmp/want.kept") snapshots; $deleted chunks deleted, the rest all referenced"
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -181,10 +182,28 @@ TEST_CASE("FsStore: a crashed process's folder of temporaries is removed with th
   CHECK(*store->get("u/chunks/cd/cde") == "more");
 }
 
-// A deferred put is a temporary until sync(): nothing names it (a crash leaves only a
-// temporary for remove_temporaries()), then sync() renames it into place; one never synced
-// is deleted with the store.
-TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state][unit]") {
+// The store's pack files and pack indexes of group |group| (<root>/.packs/<group>/).
+std::vector<std::string> pack_files(const test::TempDir& dir, const std::string& group = "u") {
+  std::vector<std::string> names;
+  const auto folder = dir.path() / "store/.packs" / group;
+  if (!std::filesystem::exists(folder)) return names;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+size_t count_ending(const std::vector<std::string>& names, std::string_view suffix) {
+  return size_t(std::count_if(names.begin(), names.end(),
+                              [&](const std::string& n) { return n.ends_with(suffix); }));
+}
+
+// A deferred put goes into an open pack, a temporary until sync(): nothing names it (a crash
+// leaves only a temporary for remove_temporaries()), then sync() publishes it whole; one never
+// synced is deleted with the store.
+TEST_CASE("FsStore: deferred puts appear whole at sync(), in one pack, never before",
+          "[state][unit]") {
   test::TempDir dir;
   auto temporaries = [&] { return count_temporaries(dir); };
   // Folders of temporaries left at the root.
@@ -203,81 +222,103 @@ TEST_CASE("FsStore: deferred puts appear whole at sync(), never before", "[state
     CHECK(store->stat("u/chunks/ab/abc").status().code() == Code::kNotFound);
     CHECK(store->get("u/chunks/cd/cde").status().code() == Code::kNotFound);
     CHECK(keys_of(*list_all(*store, "")) == std::vector<std::string>{"u/chunks/ab/old"});
-    CHECK(temporaries() == 2);
+    CHECK(temporaries() == 1);  // the open pack
     REQUIRE(store->sync().ok());
     CHECK(temporaries() == 0);
-    // The folder that held them is gone too: ext4 never shrinks a folder, and a save's
-    // thousands of temporaries would leave it that large.
     CHECK(temporary_folders() == 0);
+    const auto packs = pack_files(dir);
+    REQUIRE(packs.size() == 1);
+    CHECK(packs[0].ends_with(".pack"));
+    CHECK(!std::filesystem::exists(dir.path() / "store/u/chunks/cd"));  // no file per object
     CHECK(*store->get("u/chunks/ab/abc") == "data");
     CHECK(*store->get("u/chunks/cd/cde") == "more data");
+    CHECK(*store->stat("u/chunks/cd/cde") == 9);
     CHECK(keys_of(*list_all(*store, "")) ==
           std::vector<std::string>{"u/chunks/ab/abc", "u/chunks/ab/old", "u/chunks/cd/cde"});
+    CHECK(keys_of(*list_all(*store, "u/chunks/c")) == std::vector<std::string>{"u/chunks/cd/cde"});
     REQUIRE(store->sync().ok());  // nothing pending: a no-op
+    CHECK(pack_files(dir).size() == 1);
     REQUIRE(store->put_deferred("u/chunks/ef/never", "dropped").ok());
     CHECK(temporaries() == 1);
   }
   CHECK(temporaries() == 0);
   CHECK(temporary_folders() == 0);
+  // Another store over the root reads the pack's index.
   auto store = open_store(dir);
   CHECK(store->stat("u/chunks/ef/never").status().code() == Code::kNotFound);
+  CHECK(*store->get("u/chunks/ab/abc") == "data");
   CHECK(store->put_deferred("../bad", "x").code() == Code::kInvalidArgument);
+  // A put() replaces a packed object (as a tampered chunk does in the restore tests); a
+  // delete removes both.
+  REQUIRE(store->put("u/chunks/ab/abc", "a file").ok());
+  CHECK(*store->get("u/chunks/ab/abc") == "a file");
+  CHECK(*store->stat("u/chunks/ab/abc") == 6);
+  CHECK(*list_all(*store, "u/chunks/ab/abc") == std::vector<ObjectInfo>{{"u/chunks/ab/abc", 6}});
+  const std::vector<std::string> both{"u/chunks/ab/abc"};
+  REQUIRE(store->delete_batch(both).ok());
+  CHECK(store->get("u/chunks/ab/abc").status().code() == Code::kNotFound);
 }
 
-TEST_CASE("FsStore: a large sync() renames every object, and a failed rename leaves no temporary",
+TEST_CASE("FsStore: packs are per first key segment; a failed publish fails the sync",
           "[state][unit]") {
   test::TempDir dir;
   auto temporaries = [&] { return count_temporaries(dir); };
   auto store = open_store(dir);
-  // Many puts over many folders.
   auto key = [](int i) { return fmt::format("u/chunks/{:02x}/object-{}", i % 64, i); };
   constexpr int kPuts = 1500;
   for (int i = 0; i < kPuts; ++i) REQUIRE(store->put_deferred(key(i), std::to_string(i)).ok());
+  REQUIRE(store->put_deferred("v/chunks/00/other", "v's").ok());
   REQUIRE(store->sync().ok());
   CHECK(temporaries() == 0);
-  CHECK(list_all(*store, "")->size() == size_t(kPuts));
+  CHECK(pack_files(dir, "u").size() == 1);
+  CHECK(pack_files(dir, "v").size() == 1);
+  CHECK(list_all(*store, "")->size() == size_t(kPuts + 1));
+  CHECK(list_all(*store, "u/")->size() == size_t(kPuts));
   for (int i = 0; i < kPuts; i += 97) CHECK(*store->get(key(i)) == std::to_string(i));
 
-  // One object's folder cannot exist (a file holds its name): sync() fails naming it, and
-  // removes every temporary it did not rename.
-  REQUIRE(store->put("u/chunks/zz", "a file, not a folder").ok());
-  for (int i = 0; i < kPuts; ++i) {
-    REQUIRE(store->put_deferred(fmt::format("u/chunks/{:02x}/again-{}", i % 64, i), "x").ok());
-  }
-  REQUIRE(store->put_deferred("u/chunks/zz/blocked", "x").ok());
+  // w's pack folder cannot exist (a file holds its name): sync() fails naming it and leaves
+  // no temporary; u's pack of the same sync() is published.
+  std::filesystem::create_directories(dir.path() / "store/.packs");
+  { std::ofstream(dir.path() / "store/.packs/w") << "in the way"; }
+  REQUIRE(store->put_deferred("u/chunks/00/again", "x").ok());
+  REQUIRE(store->put_deferred("w/chunks/00/blocked", "x").ok());
   Status failed = store->sync();
   CHECK(!failed.ok());
-  CHECK(std::string(failed.message()).find("u/chunks/zz/blocked") != std::string::npos);
+  CHECK(std::string(failed.message()).find(".packs/w") != std::string::npos);
   CHECK(temporaries() == 0);
+  CHECK(*store->get("u/chunks/00/again") == "x");
+  CHECK(store->stat("w/chunks/00/blocked").status().code() == Code::kNotFound);
 }
 
-TEST_CASE("FsStore: the put that brings deferred bytes to flush_bytes publishes them",
-          "[state][unit]") {
+TEST_CASE("FsStore: the put that fills a pack to flush_bytes publishes it", "[state][unit]") {
   test::TempDir dir;
   auto store = open_store(dir, flushing_at(10));
   REQUIRE(store->put_deferred("u/chunks/ab/first", "12345").ok());
   CHECK(store->stat("u/chunks/ab/first").status().code() == Code::kNotFound);
   CHECK(count_temporaries(dir) == 1);
-  REQUIRE(store->put_deferred("u/chunks/cd/second", "678901").ok());  // 11 bytes waiting
+  REQUIRE(store->put_deferred("u/chunks/cd/second", "678901").ok());  // 11 bytes in the pack
   CHECK(*store->get("u/chunks/ab/first") == "12345");
   CHECK(*store->get("u/chunks/cd/second") == "678901");
   CHECK(count_temporaries(dir) == 0);
-  // Below the threshold again: waits for sync(), which also makes the renames durable.
+  // A new pack, which waits for sync(), which also makes the renames durable.
   REQUIRE(store->put_deferred("u/chunks/ef/third", "x").ok());
   CHECK(store->stat("u/chunks/ef/third").status().code() == Code::kNotFound);
   REQUIRE(store->sync().ok());
   CHECK(*store->get("u/chunks/ef/third") == "x");
+  CHECK(pack_files(dir).size() == 2);
 
-  // A publish that fails fails the put that ran it, naming the object, and removes the
-  // temporaries it did not rename; the next sync() has nothing left to do.
-  REQUIRE(store->put("u/chunks/zz", "a file, not a folder").ok());
-  REQUIRE(store->put_deferred("u/chunks/zz/blocked", "1234").ok());
-  Status failed = store->put_deferred("u/chunks/ab/after", "1234567");
+  // A publish that fails fails the put that ran it, naming the folder, and removes its
+  // temporary; the next sync() fails too, as other puts of that pack returned ok but are lost.
+  std::filesystem::create_directories(dir.path() / "store/.packs");
+  { std::ofstream(dir.path() / "store/.packs/w") << "in the way"; }
+  REQUIRE(store->put_deferred("w/chunks/zz/blocked", "1234").ok());
+  Status failed = store->put_deferred("w/chunks/ab/after", "1234567");
   CHECK(!failed.ok());
-  CHECK(std::string(failed.message()).find("u/chunks/zz/blocked") != std::string::npos);
+  CHECK(std::string(failed.message()).find(".packs/w") != std::string::npos);
   CHECK(count_temporaries(dir) == 0);
-  CHECK(store->sync().ok());
-  CHECK(!store->stat("u/chunks/zz/blocked").ok());
+  CHECK(!store->sync().ok());
+  CHECK(store->sync().ok());  // reported once
+  CHECK(!store->stat("w/chunks/zz/blocked").ok());
 }
 
 TEST_CASE("FsStore: deferred puts on many threads, flushed along the way, all land at sync()",
@@ -299,11 +340,173 @@ TEST_CASE("FsStore: deferred puts on many threads, flushed along the way, all la
   for (const Status& s : results) REQUIRE(s.ok());
   REQUIRE(store->sync().ok());
   CHECK(count_temporaries(dir) == 0);
+  CHECK(pack_files(dir).size() > 1);
   CHECK(list_all(*store, "")->size() == size_t(kThreads * kPuts));
+  auto other = open_store(dir);  // every object, as another store reads the indexes
   for (int t = 0; t < kThreads; ++t) {
-    for (int i = 0; i < kPuts; i += 37)
-      CHECK(*store->get(key(t, i)) == std::string(100, char('a' + t)));
+    for (int i = 0; i < kPuts; ++i) {
+      INFO(key(t, i));
+      CHECK(*other->get(key(t, i)) == std::string(100, char('a' + t)));
+    }
   }
+}
+
+// Deletes of packed objects: a next index while most of the pack is live, a new pack with the
+// live objects once less than half is, no pack once none is; another store sees each at once.
+TEST_CASE("FsStore: deleting packed objects writes indexes, compacts and removes packs",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  auto other = open_store(dir);
+  auto key = [](int i) { return fmt::format("u/chunks/{:02x}/o{}", i, i); };
+  constexpr int kObjects = 10;
+  for (int i = 0; i < kObjects; ++i)
+    REQUIRE(store->put_deferred(key(i), std::string(100, 'a' + i)).ok());
+  REQUIRE(store->sync().ok());
+  for (int i = 0; i < kObjects; ++i) REQUIRE(other->stat(key(i)).ok());  // read its index
+  const auto first = pack_files(dir);
+  REQUIRE(first.size() == 1);
+
+  const std::vector<std::string> three{key(0), key(1), key(2)};
+  REQUIRE(store->delete_batch(three).ok());
+  auto names = pack_files(dir);
+  CHECK(count_ending(names, ".pack") == 1);
+  CHECK(count_ending(names, ".1.idx") == 1);
+  CHECK(std::count(names.begin(), names.end(), first[0]) == 1);  // 7 of 10 live: it stays
+  for (auto* s : {store.get(), other.get()}) {
+    for (int i = 0; i < kObjects; ++i) {
+      INFO(key(i));
+      if (i < 3) {
+        CHECK(s->stat(key(i)).status().code() == Code::kNotFound);
+        CHECK(s->get(key(i)).status().code() == Code::kNotFound);
+      } else {
+        CHECK(*s->get(key(i)) == std::string(100, 'a' + i));
+      }
+    }
+    CHECK(list_all(*s, "u/")->size() == 7);
+  }
+  // Deleting them again, from the other store, changes nothing.
+  REQUIRE(other->delete_batch(three).ok());
+  CHECK(pack_files(dir) == names);
+
+  // 3 of 10 live: the live objects move to a new pack and the old one goes with its index.
+  const std::vector<std::string> four{key(3), key(4), key(5), key(6)};
+  REQUIRE(other->delete_batch(four).ok());
+  names = pack_files(dir);
+  REQUIRE(names.size() == 1);
+  CHECK(names[0] != first[0]);
+  CHECK(std::filesystem::file_size(dir.path() / "store/.packs/u" / names[0]) < 400);
+  for (auto* s : {store.get(), other.get()}) {
+    CHECK(keys_of(*list_all(*s, "u/")) == std::vector<std::string>{key(7), key(8), key(9)});
+    for (int i = 7; i < kObjects; ++i) CHECK(*s->get(key(i)) == std::string(100, 'a' + i));
+    CHECK(s->stat(key(3)).status().code() == Code::kNotFound);
+  }
+
+  // None live: no pack.
+  const std::vector<std::string> rest{key(7), key(8), key(9)};
+  REQUIRE(store->delete_batch(rest).ok());
+  CHECK(pack_files(dir).empty());
+  CHECK(list_all(*other, "")->empty());
+}
+
+TEST_CASE("FsStore: two stores deleting from one pack at once both take effect", "[state][unit]") {
+  test::TempDir dir;
+  auto a = open_store(dir);
+  auto b = open_store(dir);
+  auto key = [](int i) { return fmt::format("u/chunks/{:02x}/o{}", i % 256, i); };
+  constexpr int kObjects = 400;
+  for (int i = 0; i < kObjects; ++i) REQUIRE(a->put_deferred(key(i), std::to_string(i)).ok());
+  REQUIRE(a->sync().ok());
+  // a deletes the even ones below 300, b the odd ones, in batches of 10, at once.
+  std::vector<Status> results(2);
+  std::thread ta([&] {
+    for (int i = 0; i < 300 && results[0].ok(); i += 20) {
+      std::vector<std::string> batch;
+      for (int j = i; j < i + 20; j += 2) batch.push_back(key(j));
+      results[0] = a->delete_batch(batch);
+    }
+  });
+  std::thread tb([&] {
+    for (int i = 1; i < 300 && results[1].ok(); i += 20) {
+      std::vector<std::string> batch;
+      for (int j = i; j < i + 20; j += 2) batch.push_back(key(j));
+      results[1] = b->delete_batch(batch);
+    }
+  });
+  ta.join();
+  tb.join();
+  REQUIRE(results[0].ok());
+  REQUIRE(results[1].ok());
+  for (auto* s : {a.get(), b.get()}) {
+    CHECK(list_all(*s, "u/")->size() == size_t(kObjects - 300));
+    for (int i = 0; i < kObjects; ++i) {
+      INFO(key(i));
+      if (i < 300) {
+        CHECK(s->stat(key(i)).status().code() == Code::kNotFound);
+      } else {
+        CHECK(*s->get(key(i)) == std::to_string(i));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "FsStore: a crash's leftover pack indexes are ignored and removed; a bad index "
+    "leaves its pack's objects missing",
+    "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(store->put_deferred(fmt::format("u/chunks/00/o{}", i), std::string(50, 'x')).ok());
+  }
+  REQUIRE(store->sync().ok());
+  REQUIRE(store->put_deferred("u/chunks/01/second", "second pack").ok());
+  REQUIRE(store->sync().ok());
+  const std::vector<std::string> one{"u/chunks/00/o0"};
+  REQUIRE(store->delete_batch(one).ok());
+  const std::vector<std::string> two{"u/chunks/00/o1"};
+  REQUIRE(store->delete_batch(two).ok());
+  auto names = pack_files(dir);
+  CHECK(count_ending(names, ".2.idx") == 1);
+  CHECK(count_ending(names, ".1.idx") == 0);
+  // What a crash can leave: the older index next to the newer one (between the rename and
+  // the unlink), and an index whose pack went (between the two unlinks).
+  const auto folder = dir.path() / "store/.packs/u";
+  std::string two_idx;
+  for (const auto& n : names) {
+    if (n.ends_with(".2.idx")) two_idx = n;
+  }
+  const std::string pack = two_idx.substr(0, two_idx.size() - 6);
+  std::filesystem::copy_file(folder / two_idx, folder / (pack + ".1.idx"));
+  std::filesystem::copy_file(folder / two_idx, folder / "0123456789abcdef.1.idx");
+  auto fresh = open_store(dir);
+  CHECK(fresh->stat("u/chunks/00/o1").status().code() == Code::kNotFound);
+  CHECK(*fresh->get("u/chunks/00/o2") == std::string(50, 'x'));
+  CHECK(list_all(*fresh, "u/")->size() == 9);
+  auto removed = fresh->remove_temporaries();
+  REQUIRE(removed.ok());
+  CHECK(*removed == 2);
+  CHECK(pack_files(dir) == names);
+
+  // The second pack's index damaged: its object reads as missing, the first pack's do not.
+  std::string second;
+  for (const auto& n : names) {
+    if (n.ends_with(".pack") && n != pack + ".pack") second = n;
+  }
+  REQUIRE(!second.empty());
+  {
+    std::fstream f(folder / second, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('?');
+  }
+  auto damaged = open_store(dir);
+  CHECK(damaged->stat("u/chunks/01/second").status().code() == Code::kNotFound);
+  CHECK(damaged->get("u/chunks/01/second").status().code() == Code::kNotFound);
+  CHECK(*damaged->get("u/chunks/00/o2") == std::string(50, 'x'));
+  // A save stores it again.
+  REQUIRE(damaged->put_deferred("u/chunks/01/second", "second pack").ok());
+  REQUIRE(damaged->sync().ok());
+  CHECK(*damaged->get("u/chunks/01/second") == "second pack");
 }
 
 }  // namespace
