@@ -198,6 +198,14 @@ struct DirStamp {
   bool operator==(const DirStamp&) const = default;
 };
 constexpr int64_t kRacyStampNs = 100'000'000;
+// A file system that stamps whole seconds (both times without nanoseconds) needs longer.
+constexpr int64_t kRacyStampCoarseNs = 2'000'000'000;
+
+bool trusted_stamp(const DirStamp& stamp, int64_t read_at_ns) {
+  if (!stamp.exists) return true;
+  const bool coarse = stamp.mtime_ns % 1'000'000'000 == 0 && stamp.ctime_ns % 1'000'000'000 == 0;
+  return stamp.mtime_ns < read_at_ns - (coarse ? kRacyStampCoarseNs : kRacyStampNs);
+}
 
 int64_t ns_of(const timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 
@@ -306,7 +314,9 @@ Result<PackIndex> read_pack_index(int fd, uint64_t size, const std::string& path
   size_t consumed = 0;
   ASSIGN_OR_RETURN(PackIndex index, decode_pack_index(bytes, file, &consumed));
   if (consumed != bytes.size()) return data_loss(file + ": bytes before the index");
-  if (index.data_size + kPackFooterSize > size) return data_loss(file + ": data beyond the pack");
+  if (size < kPackFooterSize || index.data_size > size - kPackFooterSize) {
+    return data_loss(file + ": data beyond the pack");
+  }
   return index;
 }
 
@@ -339,16 +349,19 @@ struct FsStore::Group {
   DirStamp stamp;        // of the folder at that read
   bool trusted = false;  // the stamp proves no change when equal (not racy)
   std::map<std::string, std::shared_ptr<const PackFile>> packs;  // by name
-  std::map<std::string, Loc, std::less<>> keys;
+  // Usually one location per key; two packs may hold a key (two saves of a user storing one
+  // chunk at once, or a crash in a compaction), and a delete takes it out of both.
+  std::multimap<std::string, Loc, std::less<>> keys;
 };
 
 struct FsStore::OpenPack {
   std::string group;
   std::string temp;
   int fd = -1;
-  uint64_t end = 0;  // bytes reserved so far
-  int writers = 0;   // pwrites under way
-  Status error;      // the first failed write
+  uint64_t end = 0;          // bytes reserved so far
+  uint64_t index_bytes = 0;  // an upper bound of the index's size before zstd
+  int writers = 0;           // pwrites under way
+  Status error;              // the first failed write
   std::vector<PackEntry> entries;
 };
 
@@ -402,8 +415,10 @@ Result<int> FsStore::create_temp(std::string& temp) {
     raw = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (raw >= 0 || attempt >= 8) break;
     if (errno == ENOENT) {
+      // ENOENT for the bucket: a sync() removed the folder in between; the next attempt
+      // makes both again.
       for (const std::string& dir : {temp_dir_, bucket}) {
-        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST && errno != ENOENT) {
           return errno_status("mkdir " + dir, errno);
         }
       }
@@ -483,6 +498,7 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     offset = p->end;
     p->end += data.size();
     p->entries.push_back(PackEntry{std::string(key), offset, data.size()});
+    p->index_bytes += key.size() + 24;  // the key, its length and two varints
     ++p->writers;
   }
   // Outside the lock: the put threads write their objects into one pack side by side.
@@ -493,20 +509,23 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     --p->writers;
     if (!written.ok() && p->error.ok()) p->error = written;
     idle_cv_.notify_all();
-    if (!written.ok()) return written;
-    // Full: this thread publishes it while the others go on with a new one (one publish at
-    // a time: a second would wait for the same disk).
     auto it = open_.find(group);
-    if (p->end < options_.flush_bytes || busy_ != 0 || it == open_.end() || it->second.get() != p) {
-      return ok_status();
-    }
+    if (it == open_.end() || it->second.get() != p) return written;  // taken by a sync()
+    // Full: this thread publishes it while the others go on with a new one (one publish at a
+    // time: a second would wait for the same disk), or at once when its index nears the
+    // limit (many tiny objects). A pack that failed a write goes too: its publish fails and
+    // reports it, and later puts go to a new pack.
+    const bool full_data =
+        p->end >= options_.flush_bytes || p->index_bytes >= options_.flush_index_bytes;
+    const bool must = !written.ok() || p->index_bytes >= kMaxPackIndexSize / 2;
+    if (!must && (!full_data || busy_ != 0)) return written;
     full = std::move(it->second);
     open_.erase(it);
     ++busy_;
   }
   Status s = publish(std::move(full));
   end_publish();
-  return s;
+  return written.ok() ? s : written;
 }
 
 Status FsStore::publish(std::unique_ptr<OpenPack> p) {
@@ -529,22 +548,28 @@ Status FsStore::publish(std::unique_ptr<OpenPack> p) {
   pack->path = g.dir + "/" + pack->name + ".pack";
   std::vector<std::string> created;
   if (s.ok()) s = rename_into_place(p->temp, pack->path, created);
+  // The name durable before the pack counts as stored: its folder, and the folders above it
+  // up to the root (another store may have made them and not synced them yet).
+  if (s.ok() && options_.sync) {
+    for (const std::string& dir : {g.dir, packs_dir_, root_.string()}) {
+      if (s.ok()) s = fsync_path(dir);
+    }
+    if (!s.ok()) ::unlink(pack->path.c_str());  // never a pack of unknown durability
+  }
   if (!s.ok()) {
     ::unlink(p->temp.c_str());
     std::lock_guard lock(mu_);
     if (publish_error_.ok()) publish_error_ = s;
     return s;
   }
-  {
-    std::lock_guard lock(mu_);
-    unsynced_dirs_.insert(g.dir);
-    for (const std::string& d : created) unsynced_dirs_.insert(parent_of(d));
-  }
   std::lock_guard lock(g.mu);
-  for (const PackEntry& e : index.entries) {
-    g.keys.insert_or_assign(e.key, Loc{pack, e.offset, e.size});
+  // A refresh on another thread may have read the pack already: its entries are in then.
+  auto [known, inserted] = g.packs.try_emplace(pack->name, pack);
+  if (inserted) {
+    for (const PackEntry& e : index.entries) {
+      g.keys.emplace(e.key, Loc{known->second, e.offset, e.size});
+    }
   }
-  g.packs.emplace(pack->name, std::move(pack));
   return ok_status();
 }
 
@@ -557,33 +582,26 @@ void FsStore::end_publish() {
 Status FsStore::sync() {
   std::vector<std::unique_ptr<OpenPack>> batch;
   {
-    // After any publish under way (it may hold puts deferred before this call), and alone: a
-    // concurrent sync() returns only once this one's renames are durable too.
+    // After any publish under way (it may hold puts deferred before this call), and alone.
     std::unique_lock lock(mu_);
     idle_cv_.wait(lock, [&] { return busy_ == 0; });
-    if (open_.empty() && unsynced_dirs_.empty() && publish_error_.ok()) return ok_status();
+    if (open_.empty() && publish_error_.ok()) return ok_status();
     for (auto& [group, p] : open_) batch.push_back(std::move(p));
     open_.clear();
     ++busy_;
   }
+  // Each publish is durable when it returns (pack, then its folders).
   Status s = ok_status();
   for (auto& p : batch) {
     Status published = publish(std::move(p));
     if (s.ok()) s = published;
   }
-  std::set<std::string> dirs;
   {
+    // A failed publish since the last sync(), also one run by a put: the other puts of that
+    // pack returned ok and are lost.
     std::lock_guard lock(mu_);
     if (s.ok()) s = publish_error_;
     publish_error_ = ok_status();
-    dirs.swap(unsynced_dirs_);
-  }
-  // The renames, this one's and the flushes' before it.
-  if (options_.sync) {
-    for (const std::string& dir : dirs) {
-      Status synced = fsync_path(dir);
-      if (s.ok()) s = synced;
-    }
   }
   // The temporaries' folder: removed when empty (it is not, harmlessly, while another put is
   // writing).
@@ -648,14 +666,20 @@ Status FsStore::refresh(Group& g, bool force) {
       packs.emplace(name, pack);
       loaded.emplace_back(std::move(pack), std::move(*index));
     }
+    if (!vanished) {
+      // A readdir is not atomic: a delete that renamed a next index in behind it and removed
+      // an older one ahead of it changes the stamp. Read again then.
+      ASSIGN_OR_RETURN(DirStamp after, stamp_of(g.dir));
+      vanished = !(after == stamp);
+    }
     if (vanished && attempt < 8) continue;
     if (vanished) return unavailable(g.dir + ": packs keep changing");
     if (changed) {
       // Rebuilt from the packs kept and the ones read now.
-      std::map<std::string, Loc, std::less<>> keys;
+      std::multimap<std::string, Loc, std::less<>> keys;
       for (auto& [key, loc] : g.keys) {
         auto it = packs.find(loc.pack->name);
-        if (it != packs.end() && it->second == loc.pack) keys.emplace(key, loc);
+        if (it != packs.end() && it->second == loc.pack) keys.emplace_hint(keys.end(), key, loc);
       }
       for (auto& [pack, index] : loaded) {
         for (PackEntry& e : index.entries) {
@@ -667,7 +691,7 @@ Status FsStore::refresh(Group& g, bool force) {
     }
     g.read = true;
     g.stamp = stamp;
-    g.trusted = stamp.exists ? stamp.mtime_ns < now - kRacyStampNs : true;
+    g.trusted = trusted_stamp(stamp, now);
     return ok_status();
   }
 }
@@ -698,10 +722,9 @@ Result<std::string> FsStore::get(std::string_view key) {
   RETURN_IF_ERROR(validate_key(key));
   const std::string path = (root_ / key).string();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() >= 0) {
-    struct stat st;
-    if (::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
-    if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
+  struct stat st;
+  if (fd.get() >= 0 && ::fstat(fd.get(), &st) != 0) return errno_status("stat " + path, errno);
+  if (fd.get() >= 0 && S_ISREG(st.st_mode)) {
     // Objects are written to a temporary and renamed into place, never changed in place, so
     // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
     std::string out(size_t(st.st_size), '\0');
@@ -712,9 +735,11 @@ Result<std::string> FsStore::get(std::string_view key) {
     }
     return out;
   }
-  if (errno != ENOENT && errno != ENOTDIR) return errno_status("open " + std::string(key), errno);
-  // A miss looks at the packs' folder once more, for a pack published or compacted by
-  // another store since.
+  if (fd.get() < 0 && errno != ENOENT && errno != ENOTDIR) {
+    return errno_status("open " + std::string(key), errno);
+  }
+  // Not a file (none, or a folder of other keys): packed, if anywhere. A miss looks at the packs'
+  // folder once more, for a pack published or compacted by another store since.
   for (int attempt = 0; attempt < 3; ++attempt) {
     ASSIGN_OR_RETURN(std::optional<Loc> loc, find_packed(key, attempt > 0));
     if (!loc.has_value()) {
@@ -732,10 +757,10 @@ Result<uint64_t> FsStore::stat(std::string_view key) {
   RETURN_IF_ERROR(validate_key(key));
   struct stat st;
   if (::stat((root_ / key).c_str(), &st) == 0) {
-    if (!S_ISREG(st.st_mode)) return not_found(std::string(key) + ": not an object");
-    return uint64_t(st.st_size);
+    if (S_ISREG(st.st_mode)) return uint64_t(st.st_size);
+  } else if (errno != ENOENT && errno != ENOTDIR) {
+    return errno_status(std::string(key), errno);
   }
-  if (errno != ENOENT && errno != ENOTDIR) return errno_status(std::string(key), errno);
   ASSIGN_OR_RETURN(std::optional<Loc> loc, find_packed(key, false));
   if (loc.has_value()) return loc->size;
   return not_found(std::string(key) + ": no such object");
@@ -770,6 +795,7 @@ Result<ListPage> FsStore::list(std::string_view prefix, std::string_view start_a
         continue;
       }
       if (std::string_view(it->first) <= start_after) continue;
+      if (taken > 0 && packed.back().key == it->first) continue;  // in two packs
       packed.push_back({it->first, it->second.size});
       ++taken;
     }
@@ -821,11 +847,12 @@ Status FsStore::delete_packed(Group& g, std::vector<std::string> keys) {
       std::lock_guard lock(g.mu);
       RETURN_IF_ERROR(refresh(g, round > 0));
       for (const std::string& key : keys) {
-        auto it = g.keys.find(key);
-        if (it == g.keys.end()) continue;
-        auto& slot = by_pack[it->second.pack->name];
-        slot.first = it->second.pack;
-        slot.second.push_back(key);
+        auto [from, to] = g.keys.equal_range(key);
+        for (auto it = from; it != to; ++it) {
+          auto& slot = by_pack[it->second.pack->name];
+          slot.first = it->second.pack;
+          slot.second.push_back(key);
+        }
       }
     }
     if (by_pack.empty()) break;
@@ -881,13 +908,17 @@ Status FsStore::delete_from_pack(Group& g, const PackFile& pack,
     return s;
   }
   RETURN_IF_ERROR(sync_dirs(g.dir, created));
-  if (gen > 0) ::unlink(index_path(g.dir, pack.name, gen).c_str());
+  // The one before stays until the next delete: a reader whose readdir missed the new one
+  // (renamed in behind its cursor) still finds the one before, never the pack's first.
+  if (gen > 1) ::unlink(index_path(g.dir, pack.name, gen - 1).c_str());
   // Mostly dead: the live objects move to a new pack.
   if (index.live_bytes() * 2 < index.data_size) {
     RETURN_IF_ERROR(compact(g, fd.get(), pack, index));
     if (::unlink(pack.path.c_str()) != 0) return errno_status("unlink " + pack.path, errno);
     RETURN_IF_ERROR(sync_dirs(g.dir, none));
-    ::unlink(index_path(g.dir, pack.name, gen + 1).c_str());
+    for (uint64_t old = gen; old <= gen + 1; ++old) {
+      if (old > 0) ::unlink(index_path(g.dir, pack.name, old).c_str());
+    }
   }
   return ok_status();
 }

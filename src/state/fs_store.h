@@ -10,21 +10,21 @@
 //   put_deferred  append to this store's open pack for the key's first segment (a user's
 //           prefix): one file of many objects, <root>/.packs/<segment>/<16 hex>.pack once
 //           published, with an index of keys, offsets and sizes at its end (pack.h). A pack
-//           is published when it holds Options::flush_bytes (by the put that filled it, while
-//           the other put threads go on with a new one) or at sync(): fdatasync, then the
-//           rename into place, so an index never names bytes that are not on disk. sync()
-//           then fsyncs the folders the renames went into. A crash before leaves only
-//           temporaries (remove_temporaries()). 24,000 chunks cost a dozen files, not 24,000
-//           creates, renames and inode writebacks
+//           is published when it holds Options::flush_bytes (or flush_index_bytes of index;
+//           by the put that filled it, while the other put threads go on with a new one) or
+//           at sync(): fdatasync, rename into place, fsync the folders up to the root, so an
+//           index never names bytes that are not on disk and a published pack is durable. A
+//           crash before leaves only temporaries (remove_temporaries()). 24,000 chunks cost
+//           a dozen files, not 24,000 creates, renames and inode writebacks
 //   get     the file if there is one (a put() replaces what is there), else the packed object
 //           the pack indexes name; stat: its size
 //   list    a sorted walk that skips subtrees before start_after and stops at the limit,
 //           merged with the pack indexes' keys
 //   delete  unlink the file (missing files are fine; directories stay); for a packed object,
-//           write its pack's next index, <name>.<n>.idx, without it (fsync, rename, then the
-//           older index goes). Once less than half of a pack's bytes are named, its named
-//           objects move to a new pack and the old one goes. Deletes of one pack, from any
-//           process, take turns under flock(2) on it
+//           write its pack's next index, <name>.<n>.idx, without it (fsync, rename; the one
+//           before stays for readers until the next delete). Once less than half of a pack's bytes
+//           are named, its named objects move to a new pack and the old one goes. Deletes of one
+//           pack, from any process, take turns under flock(2) on it
 //
 // Each FsStore keeps the pack indexes it read in memory, per first segment, and reads the
 // pack folder again when its mtime changed (or is too recent to prove anything, as a
@@ -49,7 +49,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -67,6 +66,9 @@ class FsStore final : public Store {
     // file per object, before packs, a first save of scripts/bench state's tree took 3.9-4.1 s
     // publishing every 64 MiB, 4.3-4.7 s leaving all to sync(); 2026-12-01.)
     size_t flush_bytes = 64u << 20;
+    // Likewise for the pack's index (about 24 bytes plus the key per object), so that many
+    // tiny objects never make an index above kMaxPackIndexSize.
+    size_t flush_index_bytes = 16u << 20;
   };
 
   // A store rooted at |root|, created (0700, with parents) if missing.
@@ -153,9 +155,8 @@ class FsStore final : public Store {
   // Guarded by mu_:
   std::map<std::string, std::unique_ptr<OpenPack>, std::less<>> open_;  // by group
   std::map<std::string, std::unique_ptr<Group>, std::less<>> groups_;
-  std::set<std::string> unsynced_dirs_;  // folders a publish renamed into, and their parents
-  Status publish_error_;                 // a failed publish's, until sync() reports it
-  int busy_ = 0;                         // publishes under way (a flush, or a sync(): alone)
+  Status publish_error_;  // a failed publish's, until sync() reports it
+  int busy_ = 0;          // publishes under way (a flush, or a sync(): alone)
 };
 
 }  // namespace cb::state

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -462,31 +463,36 @@ TEST_CASE(
   REQUIRE(store->sync().ok());
   REQUIRE(store->put_deferred("u/chunks/01/second", "second pack").ok());
   REQUIRE(store->sync().ok());
-  const std::vector<std::string> one{"u/chunks/00/o0"};
-  REQUIRE(store->delete_batch(one).ok());
-  const std::vector<std::string> two{"u/chunks/00/o1"};
-  REQUIRE(store->delete_batch(two).ok());
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::string> one{fmt::format("u/chunks/00/o{}", i)};
+    REQUIRE(store->delete_batch(one).ok());
+  }
+  // After three deletes: the newest index and the one before it (for a reader whose readdir
+  // missed the newest).
   auto names = pack_files(dir);
+  CHECK(count_ending(names, ".3.idx") == 1);
   CHECK(count_ending(names, ".2.idx") == 1);
   CHECK(count_ending(names, ".1.idx") == 0);
-  // What a crash can leave: the older index next to the newer one (between the rename and
-  // the unlink), and an index whose pack went (between the two unlinks).
+  // What a crash can leave: an older index still there (between the rename and the unlink),
+  // and an index whose pack went (between the two unlinks).
   const auto folder = dir.path() / "store/.packs/u";
-  std::string two_idx;
+  std::string newest;
   for (const auto& n : names) {
-    if (n.ends_with(".2.idx")) two_idx = n;
+    if (n.ends_with(".3.idx")) newest = n;
   }
-  const std::string pack = two_idx.substr(0, two_idx.size() - 6);
-  std::filesystem::copy_file(folder / two_idx, folder / (pack + ".1.idx"));
-  std::filesystem::copy_file(folder / two_idx, folder / "0123456789abcdef.1.idx");
+  const std::string pack = newest.substr(0, newest.size() - 6);
+  std::filesystem::copy_file(folder / newest, folder / (pack + ".1.idx"));
+  std::filesystem::copy_file(folder / newest, folder / "0123456789abcdef.1.idx");
   auto fresh = open_store(dir);
-  CHECK(fresh->stat("u/chunks/00/o1").status().code() == Code::kNotFound);
-  CHECK(*fresh->get("u/chunks/00/o2") == std::string(50, 'x'));
-  CHECK(list_all(*fresh, "u/")->size() == 9);
+  CHECK(fresh->stat("u/chunks/00/o2").status().code() == Code::kNotFound);
+  CHECK(*fresh->get("u/chunks/00/o3") == std::string(50, 'x'));
+  CHECK(list_all(*fresh, "u/")->size() == 8);
   auto removed = fresh->remove_temporaries();
   REQUIRE(removed.ok());
-  CHECK(*removed == 2);
+  CHECK(*removed == 3);  // generations 1 and 2 of the pack, and the orphan
+  names.erase(std::remove(names.begin(), names.end(), pack + ".2.idx"), names.end());
   CHECK(pack_files(dir) == names);
+  CHECK(list_all(*fresh, "u/")->size() == 8);
 
   // The second pack's index damaged: its object reads as missing, the first pack's do not.
   std::string second;
@@ -502,11 +508,135 @@ TEST_CASE(
   auto damaged = open_store(dir);
   CHECK(damaged->stat("u/chunks/01/second").status().code() == Code::kNotFound);
   CHECK(damaged->get("u/chunks/01/second").status().code() == Code::kNotFound);
-  CHECK(*damaged->get("u/chunks/00/o2") == std::string(50, 'x'));
+  CHECK(*damaged->get("u/chunks/00/o3") == std::string(50, 'x'));
   // A save stores it again.
   REQUIRE(damaged->put_deferred("u/chunks/01/second", "second pack").ok());
   REQUIRE(damaged->sync().ok());
   CHECK(*damaged->get("u/chunks/01/second") == "second pack");
+}
+
+// A publish on one thread while others stat() and get() (each of which may read the pack
+// folder again, and so the pack being published): every key stays found, also after a delete
+// in the group rebuilt the store's map.
+TEST_CASE("FsStore: packs published while other threads read stay whole in the store's map",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir, flushing_at(2048));
+  auto key = [](int t, int i) { return fmt::format("u/chunks/{:02x}/t{}-{}", i % 16, t, i); };
+  constexpr int kThreads = 3, kPuts = 300;
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done) {
+      (void)store->stat("u/chunks/00/absent");
+      (void)store->get(key(0, 0));
+    }
+  });
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPuts && results[t].ok(); ++i) {
+        results[t] = store->put_deferred(key(t, i), std::string(64, char('a' + t)));
+        if (results[t].ok()) (void)store->stat(key(t, i));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  REQUIRE(store->sync().ok());
+  done = true;
+  reader.join();
+  for (const Status& s : results) REQUIRE(s.ok());
+  const std::vector<std::string> one{key(0, 1)};
+  REQUIRE(store->delete_batch(one).ok());
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPuts; ++i) {
+      if (t == 0 && i == 1) continue;
+      INFO(key(t, i));
+      REQUIRE(store->stat(key(t, i)).ok());
+    }
+  }
+  CHECK(list_all(*store, "u/")->size() == size_t(kThreads * kPuts - 1));
+}
+
+// Two saves of a user storing one chunk at once leave it in two packs: listed once, and a
+// delete takes it out of both (no store, fresh or not, finds it after).
+TEST_CASE("FsStore: a key in two packs is listed once and deleted from both", "[state][unit]") {
+  test::TempDir dir;
+  auto a = open_store(dir);
+  auto b = open_store(dir);
+  REQUIRE(a->put_deferred("u/chunks/ab/same", "one").ok());
+  REQUIRE(a->put_deferred("u/chunks/ab/only-a", "a").ok());
+  REQUIRE(b->put_deferred("u/chunks/ab/same", "one").ok());
+  REQUIRE(a->sync().ok());
+  REQUIRE(b->sync().ok());
+  CHECK(count_ending(pack_files(dir), ".pack") == 2);
+  CHECK(*list_all(*a, "u/") ==
+        std::vector<ObjectInfo>{{"u/chunks/ab/only-a", 1}, {"u/chunks/ab/same", 3}});
+  const std::vector<std::string> same{"u/chunks/ab/same"};
+  REQUIRE(a->delete_batch(same).ok());
+  auto fresh = open_store(dir);
+  for (auto* s : {a.get(), b.get(), fresh.get()}) {
+    CHECK(s->stat("u/chunks/ab/same").status().code() == Code::kNotFound);
+    CHECK(s->get("u/chunks/ab/same").status().code() == Code::kNotFound);
+    CHECK(keys_of(*list_all(*s, "u/")) == std::vector<std::string>{"u/chunks/ab/only-a"});
+  }
+  CHECK(count_ending(pack_files(dir), ".pack") == 1);  // b's pack held only that key
+}
+
+// Many tiny (and empty) objects: the pack is published by its index's size, never growing an
+// index a reader would refuse.
+TEST_CASE("FsStore: tiny objects publish packs by their index's size", "[state][unit]") {
+  test::TempDir dir;
+  FsStore::Options options;
+  options.flush_index_bytes = 4096;
+  auto store = open_store(dir, options);
+  auto key = [](int i) { return fmt::format("u/chunks/{:02x}/tiny-{}", i % 256, i); };
+  constexpr int kPuts = 1000;
+  for (int i = 0; i < kPuts; ++i) REQUIRE(store->put_deferred(key(i), i % 2 ? "x" : "").ok());
+  CHECK(count_ending(pack_files(dir), ".pack") >= 5);  // published along the way
+  REQUIRE(store->sync().ok());
+  auto fresh = open_store(dir);
+  CHECK(list_all(*fresh, "u/")->size() == size_t(kPuts));
+  for (int i = 0; i < kPuts; i += 7) CHECK(*fresh->get(key(i)) == (i % 2 ? "x" : ""));
+}
+
+// Pages of 1 to 3 over files and packs of several groups, with a key that is both a file and
+// packed at a page boundary: every key once, in order.
+TEST_CASE("FsStore: list pages merge files and packs of every group in key order",
+          "[state][unit]") {
+  test::TempDir dir;
+  auto store = open_store(dir);
+  REQUIRE(store->put("a/boxes/b/head", "h").ok());
+  REQUIRE(store->put_deferred("a/chunks/00/p1", "p").ok());
+  REQUIRE(store->put_deferred("a/chunks/00/p2", "pp").ok());
+  REQUIRE(store->put_deferred("b/chunks/00/p3", "ppp").ok());
+  REQUIRE(store->put_deferred("a/chunks/00/both", "packed").ok());
+  REQUIRE(store->sync().ok());
+  REQUIRE(store->put("a/chunks/00/both", "file").ok());
+  REQUIRE(store->put("b/boxes/c/head", "hh").ok());
+  REQUIRE(store->put("ab/x", "x").ok());
+  const std::vector<ObjectInfo> all{
+      {"a/boxes/b/head", 1}, {"a/chunks/00/both", 4}, {"a/chunks/00/p1", 1}, {"a/chunks/00/p2", 2},
+      {"ab/x", 1},           {"b/boxes/c/head", 2},   {"b/chunks/00/p3", 3}};
+  for (size_t limit = 1; limit <= 3; ++limit) {
+    INFO("limit " << limit);
+    std::vector<ObjectInfo> got;
+    std::string after;
+    for (int pages = 0; pages < 20; ++pages) {
+      auto page = store->list("", after, limit);
+      REQUIRE(page.ok());
+      CHECK(page->objects.size() <= limit);
+      got.insert(got.end(), page->objects.begin(), page->objects.end());
+      if (!page->truncated) break;
+      after = page->objects.back().key;
+    }
+    CHECK(got == all);
+  }
+  CHECK(keys_of(*list_all(*store, "a")) ==
+        std::vector<std::string>{"a/boxes/b/head", "a/chunks/00/both", "a/chunks/00/p1",
+                                 "a/chunks/00/p2", "ab/x"});
+  CHECK(keys_of(*list_all(*store, "a/chunks/00/p")) ==
+        std::vector<std::string>{"a/chunks/00/p1", "a/chunks/00/p2"});
 }
 
 }  // namespace
