@@ -26,6 +26,7 @@ Status errno_status(std::string_view what, int err) {
   std::string msg = std::string(what) + ": " + strerror(err);
   switch (err) {
     case ENOENT:
+    case ENOTDIR:  // a file where a folder of the path should be
       return not_found(msg);
     case EACCES:
     case EPERM:
@@ -87,32 +88,38 @@ struct DirChild {
   bool is_dir;
 };
 
-// The children of |dir| that can be keys or hold keys, in key order.
-Result<std::vector<DirChild>> read_children(const std::string& dir) {
+// Calls |fn| with each entry of |dir|, "." and ".." too.
+// Errors: kNotFound if |dir| is missing (or a file); opendir's and readdir's others.
+template <typename Fn>
+Status read_dir(const std::string& dir, Fn&& fn) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   if (!d) return errno_status("opendir " + dir, errno);
-  std::vector<DirChild> out;
   while (true) {
     errno = 0;
-    dirent* e = ::readdir(d.get());
-    if (e == nullptr) {
-      if (errno != 0) return errno_status("readdir " + dir, errno);
-      break;
-    }
-    std::string name = e->d_name;
-    if (name.empty() || name[0] == '.') continue;  // ".", "..", temporaries
+    const dirent* e = ::readdir(d.get());
+    if (e == nullptr) return errno == 0 ? ok_status() : errno_status("readdir " + dir, errno);
+    fn(*e);
+  }
+}
+
+// The children of |dir| that can be keys or hold keys, in key order.
+Result<std::vector<DirChild>> read_children(const std::string& dir) {
+  std::vector<DirChild> out;
+  RETURN_IF_ERROR(read_dir(dir, [&](const dirent& e) {
+    std::string name = e.d_name;
+    if (name.empty() || name[0] == '.') return;  // ".", "..", temporaries
     bool is_dir = false;
-    if (e->d_type == DT_DIR) {
+    if (e.d_type == DT_DIR) {
       is_dir = true;
-    } else if (e->d_type == DT_UNKNOWN) {
+    } else if (e.d_type == DT_UNKNOWN) {
       struct stat st;
-      if (::lstat((dir + "/" + name).c_str(), &st) != 0) continue;
+      if (::lstat((dir + "/" + name).c_str(), &st) != 0) return;
       is_dir = S_ISDIR(st.st_mode);
-    } else if (e->d_type != DT_REG) {
-      continue;
+    } else if (e.d_type != DT_REG) {
+      return;
     }
     out.push_back({name, is_dir ? name + "/" : name, is_dir});
-  }
+  }));
   std::sort(out.begin(), out.end(),
             [](const DirChild& a, const DirChild& b) { return a.sort_key < b.sort_key; });
   return out;
@@ -231,39 +238,30 @@ Result<std::map<std::string, uint64_t>> read_pack_dir(const std::string& dir,
   std::map<std::string, uint64_t> packs;
   std::vector<std::pair<std::string, uint64_t>> indexes;  // (pack name, generation)
   std::vector<std::string> index_files;
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
-  if (!d) {
-    if (errno == ENOENT || errno == ENOTDIR) return packs;  // none yet (or none possible)
-    return errno_status("opendir " + dir, errno);
-  }
-  while (true) {
-    errno = 0;
-    dirent* e = ::readdir(d.get());
-    if (e == nullptr) {
-      if (errno != 0) return errno_status("readdir " + dir, errno);
-      break;
-    }
-    const std::string_view name = e->d_name;
+  Status read = read_dir(dir, [&](const dirent& e) {
+    const std::string_view name = e.d_name;
     if (name.ends_with(".pack")) {
       packs.emplace(std::string(name.substr(0, name.size() - 5)), 0);
     } else if (name.ends_with(".idx")) {
       // <pack>.<generation>.idx
       const std::string_view stem = name.substr(0, name.size() - 4);
       const size_t dot = stem.rfind('.');
-      if (dot == std::string_view::npos) continue;
+      if (dot == std::string_view::npos) return;
       uint64_t gen = 0;
       const std::string_view digits = stem.substr(dot + 1);
-      if (digits.empty() || digits.size() > 18) continue;
+      if (digits.empty() || digits.size() > 18) return;
       bool numeric = true;
       for (char c : digits) {
         if (c < '0' || c > '9') numeric = false;
         gen = gen * 10 + uint64_t(c - '0');
       }
-      if (!numeric || gen == 0) continue;
+      if (!numeric || gen == 0) return;
       indexes.emplace_back(std::string(stem.substr(0, dot)), gen);
       index_files.emplace_back(name);
     }
-  }
+  });
+  if (read.code() == Code::kNotFound) return packs;  // none yet (or none possible)
+  RETURN_IF_ERROR(read);
   for (const auto& [pack, gen] : indexes) {
     auto it = packs.find(pack);
     if (it != packs.end()) it->second = std::max(it->second, gen);

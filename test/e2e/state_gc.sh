@@ -7,7 +7,7 @@
 #   - six saves (a base, then five each replacing one known file); `state prune --now T`
 #     (dry run, then for real, under a mixed rule and the default one) keeps exactly the set an
 #     independent transcription of the rule (below, in Python) computes, and the sweep leaves
-#     exactly the chunks the kept snapshots reference: each save's new chunk files are
+#     exactly the chunks the kept snapshots reference: each save's new chunk keys are
 #     recorded from the store's listing, so a snapshot's chunks are the base's plus its own;
 #   - a file restore from every kept snapshot has the sha256 written before that save;
 #   - kill -9 of the api in the middle of a large save (once its chunks reach the store), of
@@ -105,7 +105,7 @@ restore_all() {
   rm -rf "$data/boxes/$box_id/home/Restored" || fail "rm Restored"
   echo "$(json 'len(v)' <"$tmp/snaps.now.json")"
 }
-# A save whose new chunk files are recorded; sets snap (its id). $1: the file whose sha256 is
+# A save whose new chunk keys are recorded; sets snap (its id). $1: the file whose sha256 is
 # this snapshot's roll; the remaining args: chunk lists it references besides its own.
 save_recorded() {
   chunks >"$tmp/c.before"
@@ -114,7 +114,7 @@ save_recorded() {
   snap=$(json 'v["snapshot"]["id"]' <"$tmp/save.json")
   comm -13 "$tmp/c.before" "$tmp/c.after" >"$tmp/new.$snap"
   [[ $(wc -l <"$tmp/new.$snap") == $(json 'v["uploaded_chunks"]' <"$tmp/save.json") ]] ||
-    fail "save $snap: the store gained $(wc -l <"$tmp/new.$snap") chunk files, the save says $(cat "$tmp/save.json")"
+    fail "save $snap: the store gained $(wc -l <"$tmp/new.$snap") chunks, the save says $(cat "$tmp/save.json")"
   rsh main 'cat /workspace/gc/roll 2>/dev/null | sha256sum' | cut -d' ' -f1 >"$tmp/sha.$snap"
   set_refs "$snap" "$tmp/new.$snap" "$@"
 }

@@ -200,6 +200,25 @@ size_t count_ending(const std::vector<std::string>& names, std::string_view suff
                               [&](const std::string& n) { return n.ends_with(suffix); }));
 }
 
+// Thread t of |threads| put_deferred()s key(t, i) for i < puts, each |size| bytes of 'a' + t,
+// all at once (and stat()s each key after its put with |stat_after|); every thread's status.
+template <typename Key>
+std::vector<Status> put_on_threads(FsStore& store, int threads, int puts, const Key& key,
+                                   size_t size, bool stat_after) {
+  std::vector<std::thread> running;
+  std::vector<Status> results(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      for (int i = 0; i < puts && results[t].ok(); ++i) {
+        results[t] = store.put_deferred(key(t, i), std::string(size, char('a' + t)));
+        if (results[t].ok() && stat_after) (void)store.stat(key(t, i));
+      }
+    });
+  }
+  for (std::thread& thread : running) thread.join();
+  return results;
+}
+
 // A deferred put goes into an open pack, a temporary until sync(): nothing names it (a crash
 // leaves only a temporary for remove_temporaries()), then sync() publishes it whole; one never
 // synced is deleted with the store.
@@ -328,17 +347,9 @@ TEST_CASE("FsStore: deferred puts on many threads, flushed along the way, all la
   auto store = open_store(dir, flushing_at(4096));
   auto key = [](int t, int i) { return fmt::format("u/chunks/{:02x}/t{}-{}", i % 32, t, i); };
   constexpr int kThreads = 4, kPuts = 400;
-  std::vector<std::thread> threads;
-  std::vector<Status> results(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPuts && results[t].ok(); ++i) {
-        results[t] = store->put_deferred(key(t, i), std::string(100, char('a' + t)));
-      }
-    });
+  for (const Status& s : put_on_threads(*store, kThreads, kPuts, key, 100, false)) {
+    REQUIRE(s.ok());
   }
-  for (std::thread& thread : threads) thread.join();
-  for (const Status& s : results) REQUIRE(s.ok());
   REQUIRE(store->sync().ok());
   CHECK(count_temporaries(dir) == 0);
   CHECK(pack_files(dir).size() > 1);
@@ -531,17 +542,7 @@ TEST_CASE("FsStore: packs published while other threads read stay whole in the s
       (void)store->get(key(0, 0));
     }
   });
-  std::vector<std::thread> threads;
-  std::vector<Status> results(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPuts && results[t].ok(); ++i) {
-        results[t] = store->put_deferred(key(t, i), std::string(64, char('a' + t)));
-        if (results[t].ok()) (void)store->stat(key(t, i));
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  const auto results = put_on_threads(*store, kThreads, kPuts, key, 64, true);
   REQUIRE(store->sync().ok());
   done = true;
   reader.join();
