@@ -648,7 +648,7 @@ Status FsStore::refresh(Group& g, bool force) {
       if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
         if (errno == ENOENT) {
           vanished = true;  // deleted or compacted since the readdir
-          break;
+          continue;
         }
         return errno_status("open " + pack->path, errno);
       }
@@ -656,7 +656,7 @@ Status FsStore::refresh(Group& g, bool force) {
       if (!index.ok()) {
         if (index.status().code() == Code::kNotFound) {
           vanished = true;  // a newer index replaced this one since the readdir
-          break;
+          continue;
         }
         if (index.status().code() != Code::kDataLoss) return index.status();
         continue;  // left out: its objects read as missing
@@ -670,8 +670,8 @@ Status FsStore::refresh(Group& g, bool force) {
       ASSIGN_OR_RETURN(DirStamp after, stamp_of(g.dir));
       vanished = !(after == stamp);
     }
-    if (vanished && attempt < 8) continue;
-    if (vanished) return unavailable(g.dir + ": packs keep changing");
+    // Still changing after a few reads: what was read, and read again at the next call.
+    if (vanished && attempt < 4) continue;
     if (changed) {
       // Rebuilt from the packs kept and the ones read now.
       std::multimap<std::string, Loc, std::less<>> keys;
@@ -689,7 +689,7 @@ Status FsStore::refresh(Group& g, bool force) {
     }
     g.read = true;
     g.stamp = stamp;
-    g.trusted = trusted_stamp(stamp, now);
+    g.trusted = !vanished && trusted_stamp(stamp, now);
     return ok_status();
   }
 }
