@@ -76,8 +76,9 @@ Status StoreChunkSink::stop_threads() {
 
 Status StoreChunkSink::finish() {
   RETURN_IF_ERROR(stop_threads());
-  // The chunks were put_deferred(): one sync makes them all durable (FsStore: one syncfs
-  // instead of two fsyncs per chunk) before the caller commits a manifest naming them.
+  // The chunks were put_deferred(): one sync makes them all durable (FsStore: publishes its
+  // open packs, a fdatasync each, instead of two fsyncs per chunk) before the caller commits
+  // a manifest naming them.
   return store_.sync();
 }
 
