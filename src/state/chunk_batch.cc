@@ -1,0 +1,124 @@
+#include "state/chunk_batch.h"
+
+#include "base/check.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace cb::state {
+
+namespace {
+
+constexpr size_t kItemHeader = 1 + 4;
+constexpr size_t kPutHeader = kChunkIdSize + 4;
+
+void put_u32le(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
+}
+
+uint32_t get_u32le(std::string_view at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(at[size_t(i)])) << (8 * i);
+  return v;
+}
+
+ChunkId id_at(std::string_view at) {
+  ChunkId id;
+  std::memcpy(id.bytes.data(), at.data(), kChunkIdSize);
+  return id;
+}
+
+}  // namespace
+
+std::string encode_batch_ids(std::span<const ChunkId> ids) {
+  CB_CHECK(!ids.empty() && ids.size() <= kMaxBatchChunks);
+  std::string out;
+  out.reserve(ids.size() * kChunkIdSize);
+  for (const ChunkId& id : ids)
+    out.append(reinterpret_cast<const char*>(id.bytes.data()), kChunkIdSize);
+  return out;
+}
+
+Result<std::vector<ChunkId>> decode_batch_ids(std::string_view body) {
+  if (body.empty() || body.size() % kChunkIdSize != 0 ||
+      body.size() / kChunkIdSize > kMaxBatchChunks) {
+    return invalid_argument(
+        fmt::format("body: want 1 to {} chunk ids of {} bytes each, got {} bytes", kMaxBatchChunks,
+                    kChunkIdSize, body.size()));
+  }
+  std::vector<ChunkId> ids;
+  ids.reserve(body.size() / kChunkIdSize);
+  for (size_t at = 0; at < body.size(); at += kChunkIdSize) ids.push_back(id_at(body.substr(at)));
+  return ids;
+}
+
+void append_batch_item(std::string& out, const Result<std::string>& item) {
+  if (item.ok()) {
+    CB_CHECK(item->size() <= UINT32_MAX);
+    out += char(0);
+    put_u32le(out, uint32_t(item->size()));
+    out += *item;
+    return;
+  }
+  const Status error = item.status();  // a copy: message() views into it
+  const std::string_view message = error.message().substr(0, kMaxBatchMessage);
+  out += char(uint8_t(error.code()));
+  put_u32le(out, uint32_t(message.size()));
+  out += message;
+}
+
+Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t count) {
+  std::vector<Result<std::string>> items;
+  items.reserve(std::min(count, kMaxBatchChunks));
+  for (size_t i = 0; i < count; ++i) {
+    if (body.size() < kItemHeader)
+      return unavailable(fmt::format("chunk batch: the answer ends at item {} of {}", i, count));
+    const uint8_t code = uint8_t(body[0]);
+    const uint32_t size = get_u32le(body.substr(1));
+    body.remove_prefix(kItemHeader);
+    if (body.size() < size) return unavailable(fmt::format("chunk batch: item {} is cut short", i));
+    const std::string_view bytes = body.substr(0, size);
+    body.remove_prefix(size);
+    if (code == 0) {
+      items.emplace_back(std::string(bytes));
+      continue;
+    }
+    if (code > uint8_t(Code::kUnauthenticated))
+      return unavailable(fmt::format("chunk batch: item {} has the unknown code {}", i, code));
+    if (size > kMaxBatchMessage)
+      return unavailable(fmt::format("chunk batch: item {}'s error message is {} bytes", i, size));
+    items.emplace_back(Status(Code(code), bytes));
+  }
+  if (!body.empty())
+    return unavailable(
+        fmt::format("chunk batch: {} bytes after the last of {} items", body.size(), count));
+  return items;
+}
+
+void append_put_item(std::string& out, const ChunkId& id, std::string_view sealed) {
+  CB_CHECK(sealed.size() <= UINT32_MAX);
+  out.append(reinterpret_cast<const char*>(id.bytes.data()), kChunkIdSize);
+  put_u32le(out, uint32_t(sealed.size()));
+  out += sealed;
+}
+
+Result<std::vector<PutItem>> decode_put_items(std::string_view body) {
+  std::vector<PutItem> items;
+  while (!body.empty()) {
+    if (items.size() == kMaxBatchChunks)
+      return invalid_argument(fmt::format("body: more than {} chunks", kMaxBatchChunks));
+    if (body.size() < kPutHeader)
+      return invalid_argument(fmt::format("body: item {}: truncated header", items.size()));
+    const uint32_t size = get_u32le(body.substr(kChunkIdSize));
+    if (body.size() - kPutHeader < size)
+      return invalid_argument(fmt::format("body: item {}: {} bytes announced, {} left",
+                                          items.size(), size, body.size() - kPutHeader));
+    items.push_back(PutItem{id_at(body), body.substr(kPutHeader, size)});
+    body.remove_prefix(kPutHeader + size);
+  }
+  if (items.empty()) return invalid_argument("body: no chunks");
+  return items;
+}
+
+}  // namespace cb::state

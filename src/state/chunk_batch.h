@@ -1,0 +1,61 @@
+#pragma once
+// Chunk batches: many chunks in one request to the api's door (README.md §Chunk batches).
+// With the filesystem store the door carries a save's and a restore's chunks itself, and one
+// request per chunk cost a box's restore of the state bench's tree 24,000 round trips through
+// the agent and the api, which share the machine's cores with the restore's own work.
+//
+//   get request  := id...                       32 raw bytes each, 1..kMaxBatchChunks of them
+//   get answer   := item...                     one per requested id, in the request's order
+//   item         := u8(code) u32le(size) bytes  code 0: the object's bytes; else a cb::Code
+//                                               and an error message of at most
+//                                               kMaxBatchMessage bytes
+//   put request  := (id u32le(size) bytes)...   1..kMaxBatchChunks sealed chunks
+//
+// The decoders read bytes from the other side of a socket (test/fuzz/chunk_batch_fuzz.cc):
+// anything malformed is an error naming what is wrong, never a read outside the input.
+//
+// Thread-safety: free functions.
+
+#include "base/result.h"
+#include "state/keys.h"
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cb::state {
+
+inline constexpr size_t kMaxBatchChunks = 256;
+inline constexpr size_t kMaxBatchMessage = 4096;
+
+// The body of a get request for |ids|. REQUIRES: 1..kMaxBatchChunks ids.
+std::string encode_batch_ids(std::span<const ChunkId> ids);
+
+// Errors: kInvalidArgument unless |body| is 1..kMaxBatchChunks ids of 32 bytes.
+Result<std::vector<ChunkId>> decode_batch_ids(std::string_view body);
+
+// Appends one item of a get answer: |item|'s bytes, or its error (the message cut to
+// kMaxBatchMessage bytes).
+void append_batch_item(std::string& out, const Result<std::string>& item);
+
+// The |count| items of a get answer, each the object or the error the door gave for it.
+// Errors (for the whole answer): kUnavailable naming the problem if |body| does not hold
+//   exactly |count| well-formed items (a short or long answer, an unknown code, an error
+//   item whose message is too long).
+Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t count);
+
+// Appends one chunk to a put request.
+void append_put_item(std::string& out, const ChunkId& id, std::string_view sealed);
+
+struct PutItem {
+  ChunkId id;
+  std::string_view data;  // within the decoded body
+};
+
+// Errors: kInvalidArgument naming the item unless |body| is 1..kMaxBatchChunks well-formed
+//   items with nothing after the last.
+Result<std::vector<PutItem>> decode_put_items(std::string_view body);
+
+}  // namespace cb::state
