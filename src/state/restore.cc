@@ -113,14 +113,26 @@ struct OpenFile {
   std::atomic<size_t> ranges_left{0};
 };
 
-// Chunks [first, end) of a file, written at |offset| with pwrite().
-struct WriteTask {
+// Chunks [first, end) of a file, written at |offset| with pwritev().
+struct Range {
   Position at;
-  // Shared by the tasks of one file (one per range); the last one to finish closes it.
+  // Shared by the ranges of one file; the last one to finish closes it.
   std::shared_ptr<OpenFile> file;
   size_t first = 0;
   size_t end = 0;
   uint64_t offset = 0;
+};
+
+// What a write thread does at once: ranges of kChunksPerTask chunks in all (fewer for the
+// restore's last task), of one file or of several small ones, in manifest order. Their chunks
+// are fetched with one Store::get_many(), which the agent's store over the api's door sends
+// as one request (chunk_batch.h): most files of a home folder have one chunk, and a task per
+// file cost a box's restore a round trip per chunk.
+struct WriteTask {
+  std::vector<Range> ranges;
+  size_t chunks = 0;
+
+  Position at() const { return ranges.front().at; }
 };
 
 // About 1 MiB of chunks at the default chunk size: a large file is written by several threads
@@ -141,10 +153,10 @@ class Restorer {
 
   // Writes |entries| (path order) under the directory |root|, whose path is |root_path|.
   //
-  // This thread creates the directories and files in path order and queues each file's
-  // chunks, in ranges of kChunksPerTask, for options_.fetch_threads threads that fetch, open
-  // (decrypt, decompress, verify) and pwrite() them; the task that finishes a file's last
-  // range sets its owner, mode and mtime. So fetching, opening and writing run on every
+  // This thread creates the directories and files in path order and queues the files'
+  // chunks, in tasks of kChunksPerTask (WriteTask), for options_.fetch_threads threads that
+  // fetch, open (decrypt, decompress, verify) and pwrite() them; the range that finishes a
+  // file sets its owner, mode and mtime. So fetching, opening and writing run on every
   // thread, while files are still created one at a time in path order. Errors are kept with
   // their position in path order and the least one is returned: the first bad chunk in
   // manifest order, whichever thread met it first. Once an error is known no more entries are
@@ -169,6 +181,7 @@ class Restorer {
         note_error(Position{i, 0}, std::move(s));
       }
     }
+    if (!pending_.ranges.empty()) (void)submit(std::move(pending_));
     stop_threads();  // every queued task has run (or was skipped after an error)
     {
       std::lock_guard lock(mu_);
@@ -332,7 +345,8 @@ class Restorer {
     return ok_status();
   }
 
-  // Creates the file and queues its chunk ranges (or writes them here, without threads).
+  // Creates the file and adds its chunks to the pending task in ranges that fill it, queuing
+  // each task that is full (or running it here, without threads).
   Status create_file(size_t index, int parent, const std::string& name, const Entry& e) {
     auto file = std::make_shared<OpenFile>();
     file->fd = Fd(
@@ -340,17 +354,24 @@ class Restorer {
     if (file->fd.get() < 0) return errno_status("create " + e.path, errno);
     file->entry = &e;
     if (e.chunks.empty()) return finish_file(*file);
-    file->ranges_left = (e.chunks.size() + kChunksPerTask - 1) / kChunksPerTask;
+    // Every range is counted before the first one can run and finish the file.
+    std::vector<Range> ranges;
     uint64_t offset = 0;
-    for (size_t first = 0; first < e.chunks.size(); first += kChunksPerTask) {
-      WriteTask task;
-      task.at = Position{index, first};
-      task.file = file;
-      task.first = first;
-      task.end = std::min(first + kChunksPerTask, e.chunks.size());
-      task.offset = offset;
-      for (size_t c = task.first; c < task.end; ++c) offset += e.chunks[c].size;
-      if (!submit(std::move(task))) break;  // an error is known; write_all() stops
+    for (size_t first = 0, room = kChunksPerTask - pending_.chunks; first < e.chunks.size();
+         room = kChunksPerTask) {
+      Range r{Position{index, first}, file, first, std::min(first + room, e.chunks.size()), offset};
+      for (size_t c = r.first; c < r.end; ++c) offset += e.chunks[c].size;
+      first = r.end;
+      ranges.push_back(std::move(r));
+    }
+    file->ranges_left = ranges.size();
+    for (Range& r : ranges) {
+      pending_.chunks += r.end - r.first;
+      pending_.ranges.push_back(std::move(r));
+      if (pending_.chunks < kChunksPerTask) continue;
+      WriteTask full = std::move(pending_);
+      pending_ = WriteTask();
+      if (!submit(std::move(full))) break;  // an error is known; write_all() stops
     }
     return ok_status();
   }
@@ -369,10 +390,11 @@ class Restorer {
   // Returns false once an error is known.
   bool submit(WriteTask&& task) {
     if (threads_.empty()) {
-      Status s = run(task);
+      Position failed;
+      Status s = run(task, &failed);
       if (s.ok()) return true;
       std::lock_guard lock(mu_);
-      note_error(task.at, std::move(s));
+      note_error(failed, std::move(s));
       return false;
     }
     std::unique_lock lock(mu_);
@@ -393,13 +415,14 @@ class Restorer {
       queue_.pop_front();
       room_cv_.notify_one();
       // A task after a known error cannot change which error is reported.
-      if (error_.has_value() && error_->first < task.at) continue;
+      if (error_.has_value() && error_->first < task.at()) continue;
       lock.unlock();
-      Status s = run(task);
-      task.file.reset();  // the last task of a file closes it, outside the lock
+      Position failed;
+      Status s = run(task, &failed);
+      task.ranges.clear();  // the last range of a file closes it, outside the lock
       lock.lock();
       if (!s.ok()) {
-        note_error(task.at, std::move(s));
+        note_error(failed, std::move(s));
         room_cv_.notify_all();  // submit() stops waiting
       }
     }
@@ -416,18 +439,43 @@ class Restorer {
     threads_.clear();
   }
 
-  // Fetches and opens the task's chunks, then writes them with one pwritev(): one system call
-  // and no partly written page between two chunks; the file's last range finishes the file.
-  Status run(const WriteTask& task) {
-    const Entry& e = *task.file->entry;
+  // Fetches the task's chunks with one get_many(), then writes its ranges in order. On error
+  // sets |failed| to the failing range's position; the ranges after it are not written.
+  Status run(const WriteTask& task, Position* failed) {
+    std::vector<std::string> keys;
+    keys.reserve(task.chunks);
+    for (const Range& r : task.ranges)
+      for (size_t c = r.first; c < r.end; ++c)
+        keys.push_back(chunk_key(user_, r.file->entry->chunks[c].id));
+    std::vector<Result<std::string>> sealed = store_.get_many(keys);
+    CB_CHECK(sealed.size() == keys.size());
+    size_t next = 0;
+    for (const Range& r : task.ranges) {
+      const size_t n = r.end - r.first;
+      Status s = write_range(r, std::span(sealed).subspan(next, n));
+      next += n;
+      if (!s.ok()) {
+        *failed = r.at;
+        return s;
+      }
+    }
+    return ok_status();
+  }
+
+  // Opens the range's chunks (|sealed|, as fetched), then writes them with one pwritev(): one
+  // system call and no partly written page between two chunks; the file's last range
+  // finishes the file.
+  Status write_range(const Range& range, std::span<Result<std::string>> sealed) {
+    const Entry& e = *range.file->entry;
     std::array<std::string, kChunksPerTask> plain;
     std::array<struct iovec, kChunksPerTask> iov;
-    CB_CHECK(task.end - task.first <= kChunksPerTask);
+    CB_CHECK(range.end - range.first <= kChunksPerTask);
     std::array<std::span<const uint8_t>, kChunksPerTask> views;
     std::array<ChunkId, kChunksPerTask> ids;
     size_t n = 0;
-    for (size_t c = task.first; c < task.end; ++c, ++n) {
-      ASSIGN_OR_RETURN(plain[n], fetch(e, e.chunks[c]));  // opened, its id not yet checked
+    for (size_t c = range.first; c < range.end; ++c, ++n) {
+      // Opened, its id not yet checked.
+      ASSIGN_OR_RETURN(plain[n], open_sealed(e, e.chunks[c], std::move(sealed[n])));
       iov[n] = {plain[n].data(), plain[n].size()};
       views[n] = {reinterpret_cast<const uint8_t*>(plain[n].data()), plain[n].size()};
       ids[n] = e.chunks[c].id;
@@ -438,9 +486,9 @@ class Restorer {
         !s.ok()) {
       return data_loss("file " + e.path + ": " + std::string(s.message()));
     }
-    uint64_t offset = task.offset;
+    uint64_t offset = range.offset;
     for (struct iovec* next = iov.data(); n > 0;) {
-      ssize_t written = ::pwritev(task.file->fd.get(), next, int(n), off_t(offset));
+      ssize_t written = ::pwritev(range.file->fd.get(), next, int(n), off_t(offset));
       if (written < 0) {
         if (errno == EINTR) continue;
         return errno_status("write " + e.path, errno);
@@ -457,13 +505,12 @@ class Restorer {
       while (n > 0 && next->iov_len == 0) ++next, --n;  // empty chunks
     }
     // A failed range returned above, so a file whose ranges all ran is complete here.
-    if (task.file->ranges_left.fetch_sub(1) == 1) return finish_file(*task.file);
+    if (range.file->ranges_left.fetch_sub(1) == 1) return finish_file(*range.file);
     return ok_status();
   }
 
-  Result<std::string> fetch(const Entry& e, const ChunkRef& ref) {
+  Result<std::string> open_sealed(const Entry& e, const ChunkRef& ref, Result<std::string> sealed) {
     const std::string what = "file " + e.path + ": chunk " + ref.id.hex();
-    auto sealed = store_.get(chunk_key(user_, ref.id));
     if (!sealed.ok()) {
       if (sealed.status().code() == Code::kNotFound) return data_loss(what + ": missing");
       return sealed.status().with_prefix(what);
@@ -509,6 +556,7 @@ class Restorer {
   std::condition_variable work_cv_;  // a task queued, or stopping
   std::condition_variable room_cv_;  // room in the queue, or an error
   std::deque<WriteTask> queue_;      // guarded by mu_
+  WriteTask pending_;                // the calling thread's: ranges not yet queued
   size_t max_queued_ = 0;
   bool stopping_ = false;                             // guarded by mu_
   std::optional<std::pair<Position, Status>> error_;  // the least so far; guarded by mu_

@@ -60,8 +60,9 @@ struct RestoreOptions {
   // one call at a time with growing counts. May be empty.
   std::function<void(uint64_t files_done, uint64_t bytes_done)> progress;
   // Threads that fetch, open (decrypt, decompress, verify) and write the files' chunks, in
-  // ranges of up to 16 chunks, at most 4 * fetch_threads ranges queued; the calling thread
-  // creates the files in manifest order. 1 does everything on the calling thread.
+  // tasks of 16 chunks (one Store::get_many() each, spanning small files), at most
+  // 4 * fetch_threads tasks queued; the calling thread creates the files in manifest order.
+  // 1 does everything on the calling thread.
   // docs/benchmarks.md "state: save and restore against restic".
   int fetch_threads = 4;
 };

@@ -2,6 +2,13 @@
 
 namespace cb::state {
 
+std::vector<Result<std::string>> Store::get_many(std::span<const std::string> keys) {
+  std::vector<Result<std::string>> out;
+  out.reserve(keys.size());
+  for (const std::string& key : keys) out.push_back(get(key));
+  return out;
+}
+
 Status validate_key(std::string_view key) {
   if (key.empty() || key.size() > kMaxKeySize) {
     return invalid_argument("object key: want 1.." + std::to_string(kMaxKeySize) + " bytes");

@@ -71,6 +71,11 @@ class Store {
   // Errors: kNotFound if there is none; kInvalidArgument for a bad key; backend errors.
   virtual Result<std::string> get(std::string_view key) = 0;
 
+  // The objects under |keys|, in order: each one the object or the error get() gives for it.
+  // A store that fetches many objects in one round trip overrides this (the agent's store
+  // over the api's door, README.md §Chunk batches); the default calls get() for each.
+  virtual std::vector<Result<std::string>> get_many(std::span<const std::string> keys);
+
   // The size of the object under |key|.
   // Errors: kNotFound if there is none; kInvalidArgument; backend errors.
   virtual Result<uint64_t> stat(std::string_view key) = 0;

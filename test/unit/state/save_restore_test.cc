@@ -9,9 +9,12 @@
 #include "unit/state/state_test_util.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -427,6 +430,109 @@ TEST_CASE("restore: any number of fetch threads restores the same tree", "[state
     CHECK(done->files == 25);
     CHECK(picture(o.target) == expected);
   }
+}
+
+// Counts get_many() calls and their sizes; gets go to the inner store.
+class BatchCountingStore final : public Store {
+ public:
+  explicit BatchCountingStore(Store& inner) : inner_(inner) {}
+  Status put(std::string_view key, std::string_view data) override { return inner_.put(key, data); }
+  Result<std::string> get(std::string_view key) override {
+    ++singles_;
+    return inner_.get(key);
+  }
+  std::vector<Result<std::string>> get_many(std::span<const std::string> keys) override {
+    {
+      std::lock_guard lock(mu_);
+      batches_.push_back(keys.size());
+    }
+    return inner_.get_many(keys);
+  }
+  Result<uint64_t> stat(std::string_view key) override { return inner_.stat(key); }
+  Result<ListPage> list(std::string_view prefix, std::string_view start_after,
+                        size_t limit) override {
+    return inner_.list(prefix, start_after, limit);
+  }
+  Status delete_batch(std::span<const std::string> keys) override {
+    return inner_.delete_batch(keys);
+  }
+  // Read after the restore returned.
+  std::vector<size_t> batches() const { return batches_; }
+  int singles() const { return singles_.load(); }
+
+ private:
+  Store& inner_;
+  std::mutex mu_;
+  std::vector<size_t> batches_;  // guarded by mu_
+  std::atomic<int> singles_{0};
+};
+
+// Small files share a task: their chunks are fetched with one get_many() of 16, so a store
+// over a network (the agent's over the api's door) makes a round trip per 16 chunks, not per
+// file. A bad chunk inside such a batch still names its own file.
+TEST_CASE("restore: the chunks of small files are fetched 16 at a time across files",
+          "[state][unit]") {
+  World w;
+  std::filesystem::create_directories(w.home());
+  for (int i = 0; i < 40; ++i) {
+    write_file(w.home() / fmt::format("small/f{:02}", i), noise(200 + size_t(i), 100 + i),
+               kOldMtimeNs + i);
+  }
+  write_file(w.home() / "small/zbig", noise(60000, 9), kOldMtimeNs + 50);
+  test_util::set_mtime(w.home() / "small", kOldMtimeNs + 300);
+  test_util::set_mtime(w.home(), kOldMtimeNs + 300);
+  auto saved = w.save();
+  REQUIRE(saved.ok());
+  size_t chunks = 0;
+  for (const Entry& e : saved->manifest.entries) chunks += e.chunks.size();
+  const Entry* big = saved->manifest.find("home/user/small/zbig");
+  REQUIRE(big != nullptr);
+  REQUIRE(big->chunks.size() > 16);
+  const auto expected = picture(w.home());
+
+  for (int threads : {1, 4}) {
+    INFO("fetch threads " << threads);
+    BatchCountingStore counting(*w.store);
+    RestoreOptions o = w.restore_options("t" + std::to_string(threads), threads);
+    auto done = restore_snapshot(counting, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(done.ok());
+    CHECK(picture(o.target) == expected);
+    CHECK(done->chunks_fetched == chunks);
+    CHECK(counting.singles() == 0);
+    const std::vector<size_t> batches = counting.batches();
+    CHECK(batches.size() == (chunks + 15) / 16);
+    size_t total = 0;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      total += batches[i];
+      if (i + 1 < batches.size()) {
+        CHECK(batches[i] == 16);  // the small files' chunks fill tasks, then the big file's
+      } else {
+        CHECK(batches[i] <= 16);
+      }
+    }
+    CHECK(total == chunks);
+  }
+
+  // f05 is missing and f20 tampered; both sit in the first batches, after good files.
+  const Entry* f05 = saved->manifest.find("home/user/small/f05");
+  const Entry* f20 = saved->manifest.find("home/user/small/f20");
+  REQUIRE(f05 != nullptr);
+  REQUIRE(f20 != nullptr);
+  w.tamper(chunk_key("u1", f20->chunks[0].id));
+  std::vector<std::string> gone = {chunk_key("u1", f05->chunks[0].id)};
+  REQUIRE(w.store->delete_batch(gone).ok());
+  for (int threads : {1, 4}) {
+    INFO("fetch threads " << threads);
+    RestoreOptions o = w.restore_options("bad" + std::to_string(threads), threads);
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(!done.ok());
+    CHECK(done.status().code() == Code::kDataLoss);
+    const std::string message(done.status().message());
+    CHECK(message.find("home/user/small/f05: chunk " + f05->chunks[0].id.hex() + ": missing") !=
+          std::string::npos);
+    CHECK(!std::filesystem::exists(o.target));
+  }
+  w.check_no_restore_leftovers();
 }
 
 TEST_CASE("restore: a scope of paths keeps the box path under the target", "[state][unit]") {
