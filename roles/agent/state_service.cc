@@ -8,6 +8,7 @@
 #include "http/http1_client.h"
 #include "net/tls.h"
 #include "state/chunk.h"
+#include "state/chunk_batch.h"
 #include "state/manifest.h"
 #include "state/restore.h"
 #include "state/scanner.h"
@@ -44,6 +45,11 @@ namespace {
 
 constexpr std::string_view kTicketHeader = "x-cocoonbox-state-ticket";
 constexpr std::string_view kUrlsPath = "/cocoonbox.state/v1/urls";
+// The door's chunk batch routes (state/chunk_batch.h), when its answers say "batch": true.
+constexpr std::string_view kBatchGetPath = "/cocoonbox.state/v1/chunks/get";
+constexpr std::string_view kBatchPutPath = "/cocoonbox.state/v1/chunks/put";
+// Sealed chunks sent in one batch request by a save's uploading thread: about 1 MiB.
+constexpr size_t kChunksPerPut = 16;
 // Chunks asked about per door request (seed §25.4: pages of 2048).
 constexpr size_t kIdsPerRequest = 2048;
 // A save keeps at most this many plaintext bytes of new chunks before it asks the door.
@@ -261,13 +267,26 @@ class JobHttp {
   std::string remote_key_;
 };
 
+struct DoorUrls {
+  std::map<std::string, std::string> urls;  // hex id -> URL
+  // The door takes chunk batches (an api with the filesystem store): the chunks of the URLs
+  // may go many to a request instead (kBatchGetPath, kBatchPutPath).
+  bool batch = false;
+};
+
 // Asks the door for URLs of |ids| ("put": those the store lacks; "get": all of them).
-// Returns hex id -> URL.
-Result<std::map<std::string, std::string>> ask_urls(JobHttp& http, std::string_view op,
-                                                    const std::vector<state::ChunkId>& ids) {
-  std::map<std::string, std::string> urls;
+// A "get" asks without URLs first ("urls": false): a door that takes batches then answers
+// none, only checks the first page's scope and says "batch", and the restore fetches through
+// kBatchGetPath, which checks every id; an older api ignores the field and answers URLs.
+Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
+                          const std::vector<state::ChunkId>& ids) {
+  DoorUrls out;
+  out.batch = true;
+  std::map<std::string, std::string>& urls = out.urls;
+  if (ids.empty()) out.batch = false;
   for (size_t i = 0; i < ids.size(); i += kIdsPerRequest) {
     json req{{"op", std::string(op)}, {"ids", json::array()}};
+    if (op == "get" && i == 0) req["urls"] = false;
     for (size_t j = i; j < ids.size() && j < i + kIdsPerRequest; ++j)
       req["ids"].push_back(ids[j].hex());
     ASSIGN_OR_RETURN(std::string body,
@@ -279,8 +298,15 @@ Result<std::map<std::string, std::string>> ask_urls(JobHttp& http, std::string_v
       if (!url.is_string()) return unavailable("chunk urls: a URL is not a string");
       urls[hex] = url.get<std::string>();
     }
+    // An older api does not say it; every answer of the call must.
+    const auto batch = resp.find("batch");
+    if (batch == resp.end() || !batch->is_boolean() || !batch->get<bool>()) out.batch = false;
+    if (op == "get" && i == 0 && out.batch) {
+      if (!urls.empty()) return unavailable("chunk urls: URLs in an answer that has none");
+      return out;
+    }
   }
-  return urls;
+  return out;
 }
 
 Result<state::StateKeys> keys_of(const v1::StateAccess& access) {
@@ -366,20 +392,22 @@ class UploadSink final : public state::ChunkSink {
     std::vector<state::ChunkId> ids;
     ids.reserve(batch.size());
     for (const auto& p : batch) ids.push_back(p.id);
-    ASSIGN_OR_RETURN(auto urls, ask_urls(http, "put", ids));
+    ASSIGN_OR_RETURN(DoorUrls door, ask_urls(http, "put", ids));
     std::vector<Upload> todo;
     for (const auto& p : batch) {
-      auto it = urls.find(p.id.hex());
-      if (it == urls.end()) continue;  // the store has it (another box of the user saved it)
+      auto it = door.urls.find(p.id.hex());
+      if (it == door.urls.end()) continue;  // the store has it (another box saved it)
       todo.push_back(Upload{&p, &it->second});
     }
-    return upload(http, todo);
+    return upload(http, todo, door.batch);
   }
 
-  // Seals and PUTs |todo| on up to kUploaders threads, each with its own connection. One at
-  // a time, sealing (CPU) and the PUT (a wait on the store) alternated and left a third of
+  // Seals and uploads |todo| on up to kUploaders threads, each with its own connection. One
+  // at a time, sealing (CPU) and the PUT (a wait on the store) alternated and left a third of
   // the machine idle: a first save of the state bench's tree through a box took 10.9-12.9 s.
-  Status upload(JobHttp& main, const std::vector<Upload>& todo) {
+  // With |batch| each thread sends kChunksPerPut chunks per request (one POST to
+  // kBatchPutPath), else one PUT per chunk to its URL.
+  Status upload(JobHttp& main, const std::vector<Upload>& todo, bool batch) {
     const size_t threads = std::min(kUploaders, todo.size());
     // A client per helper thread, for this call only: no client is used from two threads.
     std::vector<std::unique_ptr<JobHttp>> clients;
@@ -387,8 +415,9 @@ class UploadSink final : public state::ChunkSink {
     std::atomic<size_t> next{0};
     std::mutex mu;
     Status first = ok_status();  // guarded by mu
+    const size_t group = batch ? kChunksPerPut : 1;
     auto run = [&](JobHttp& http) {
-      for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      for (size_t i; (i = next.fetch_add(group)) < todo.size();) {
         {
           std::lock_guard lock(mu);
           if (!first.ok()) return;
@@ -397,20 +426,36 @@ class UploadSink final : public state::ChunkSink {
             return;
           }
         }
-        const Pending& p = *todo[i].chunk;
-        const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
-        std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
-        const size_t sealed_size = sealed.size();
-        Status put = http.request("PUT", *todo[i].url, std::move(sealed), "chunk upload").status();
+        const size_t end = std::min(i + group, todo.size());
+        std::string body;
+        uint64_t plain_size = 0;
+        uint64_t sealed_size = 0;
+        for (size_t j = i; j < end; ++j) {
+          const Pending& p = *todo[j].chunk;
+          const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
+          std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
+          plain_size += p.plaintext.size();
+          sealed_size += sealed.size();
+          if (batch) {
+            state::append_put_item(body, p.id, sealed);
+          } else {
+            body = std::move(sealed);
+          }
+        }
+        Status put =
+            batch
+                ? http.request("POST", std::string(kBatchPutPath), std::move(body), "chunk upload")
+                      .status()
+                : http.request("PUT", *todo[i].url, std::move(body), "chunk upload").status();
         std::lock_guard lock(mu);
         if (!put.ok()) {
           if (first.ok()) first = put;
           return;
         }
-        ++uploaded_chunks_;
-        uploaded_bytes_ += p.plaintext.size();
+        uploaded_chunks_ += end - i;
+        uploaded_bytes_ += plain_size;
         uploaded_stored_bytes_ += sealed_size;
-        ++progress_.chunks;
+        progress_.chunks += end - i;
         progress_.chunk_bytes += sealed_size;
       }
     };
@@ -433,22 +478,32 @@ class UploadSink final : public state::ChunkSink {
   Status upload_status_ = ok_status();  // written by uploader_, read after joining it
 };
 
-// A read-only Store over signed GET URLs: exactly the chunks the door handed out.
+// A read-only Store over signed GET URLs: exactly the chunks the door handed out, of
+// |user|. When the door takes batches, get_many() asks for many of them in one request.
 // restore_snapshot() fetches on several threads. Each thread gets a client of its own
 // (JobHttp::another()) and keeps it, so no client is used from two threads, not even in
 // turn: one client shared under a lock crashed on a freed Http1Client resumed on a fetch
 // thread (9c41778; a JobHttp runs its io_context on whichever thread calls it).
 class UrlStore final : public state::Store {
  public:
-  UrlStore(JobHttp& http, std::map<std::string, std::string> urls, Progress& progress)
-      : http_(http), urls_(std::move(urls)), progress_(progress) {}
+  UrlStore(JobHttp& http, std::string_view user, DoorUrls door, Progress& progress)
+      : http_(http), user_(user), batch_(door.batch), progress_(progress) {
+    for (auto& [hex, url] : door.urls) {
+      auto id = state::ChunkId::from_hex(hex);
+      if (id.ok()) urls_.emplace(state::chunk_key(user, *id), std::move(url));
+    }
+  }
 
   Status put(std::string_view, std::string_view) override {
     return permission_denied("restore: the store is read-only");
   }
   Result<std::string> get(std::string_view key) override {
     if (progress_.cancel.load()) return cancelled("the caller went away");
-    auto it = urls_.find(std::string(key));
+    if (batch_) {
+      const std::string one[] = {std::string(key)};
+      return std::move(get_batch(one).front());
+    }
+    auto it = urls_.find(key);
     if (it == urls_.end()) return not_found(fmt::format("{}: no URL was given for it", key));
     auto r = client().request("GET", it->second, {}, "chunk");
     if (r.ok()) {
@@ -456,6 +511,17 @@ class UrlStore final : public state::Store {
       progress_.chunk_bytes += r->size();
     }
     return r;
+  }
+  // One request per kMaxBatchChunks keys with a door that takes batches; else get() each.
+  std::vector<Result<std::string>> get_many(std::span<const std::string> keys) override {
+    if (!batch_) return state::Store::get_many(keys);
+    std::vector<Result<std::string>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); i += state::kMaxBatchChunks) {
+      auto part = get_batch(keys.subspan(i, std::min(state::kMaxBatchChunks, keys.size() - i)));
+      for (auto& r : part) out.push_back(std::move(r));
+    }
+    return out;
   }
   Result<uint64_t> stat(std::string_view key) override {
     return unimplemented(fmt::format("{}: stat on a restore's store", key));
@@ -475,8 +541,50 @@ class UrlStore final : public state::Store {
     return *c;
   }
 
-  JobHttp& http_;                            // only to make the threads' clients
-  std::map<std::string, std::string> urls_;  // object key -> URL
+  // |keys|' objects in one request; a key that is not a chunk of the user is kNotFound
+  // without asking, and a failed request or a malformed answer is the error of each key
+  // asked for. The door checks that each chunk is the restore's.
+  std::vector<Result<std::string>> get_batch(std::span<const std::string> keys) {
+    std::vector<Result<std::string>> out(keys.size(), Result<std::string>(internal_error("unset")));
+    std::vector<state::ChunkId> ids;
+    std::vector<size_t> asked;  // index in |keys| of each id
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::string_view key = keys[i];
+      auto id = state::ChunkId::from_hex(key.substr(key.rfind('/') + 1));
+      if (!id.ok() || state::chunk_key(user_, *id) != key) {
+        out[i] = not_found(fmt::format("{}: not a chunk of this restore", key));
+        continue;
+      }
+      ids.push_back(*id);
+      asked.push_back(i);
+    }
+    if (ids.empty()) return out;
+    Result<std::vector<Result<std::string>>> items = cancelled("the caller went away");
+    if (!progress_.cancel.load()) {
+      auto body = client().request("POST", std::string(kBatchGetPath), state::encode_batch_ids(ids),
+                                   "chunk batch");
+      items = body.ok() ? state::decode_batch_items(*body, ids.size())
+                        : Result<std::vector<Result<std::string>>>(body.status());
+    }
+    for (size_t j = 0; j < asked.size(); ++j) {
+      if (!items.ok()) {
+        out[asked[j]] = items.status();
+        continue;
+      }
+      Result<std::string>& item = (*items)[j];
+      if (item.ok()) {
+        ++progress_.chunks;
+        progress_.chunk_bytes += item->size();
+      }
+      out[asked[j]] = std::move(item);
+    }
+    return out;
+  }
+
+  JobHttp& http_;  // only to make the threads' clients
+  const std::string user_;
+  const bool batch_;
+  std::map<std::string, std::string, std::less<>> urls_;  // object key -> URL (unless batch_)
   Progress& progress_;
   std::mutex mu_;
   std::map<std::thread::id, std::unique_ptr<JobHttp>> clients_;  // guarded by mu_
@@ -593,13 +701,8 @@ struct RestoreJob {
     for (const auto* e : selected)
       for (const auto& c : e->chunks) needed.insert(c.id);
     std::vector<state::ChunkId> ids(needed.begin(), needed.end());
-    ASSIGN_OR_RETURN(auto by_hex, ask_urls(http, "get", ids));
-    std::map<std::string, std::string> by_key;
-    for (const auto& id : ids) {
-      auto it = by_hex.find(id.hex());
-      if (it != by_hex.end()) by_key[state::chunk_key(location.user, id)] = it->second;
-    }
-    UrlStore store(http, std::move(by_key), progress);
+    ASSIGN_OR_RETURN(DoorUrls door, ask_urls(http, "get", ids));
+    UrlStore store(http, location.user, std::move(door), progress);
 
     // ~/Restored/<target>, or <target>-2, -3, ... when taken.
     std::string dir = config.home + "/Restored";
@@ -757,13 +860,8 @@ Status RestoreJob::restore_whole(const state::StateKeys& keys, const state::BoxL
   ASSIGN_OR_RETURN(state::Manifest manifest,
                    fetch_manifest(http, keys, location, req.snapshot_id(), req.manifest_url()));
   std::vector<state::ChunkId> ids = state::referenced_chunks(manifest);
-  ASSIGN_OR_RETURN(auto by_hex, ask_urls(http, "get", ids));
-  std::map<std::string, std::string> by_key;
-  for (const auto& id : ids) {
-    auto it = by_hex.find(id.hex());
-    if (it != by_hex.end()) by_key[state::chunk_key(location.user, id)] = it->second;
-  }
-  UrlStore store(http, std::move(by_key), progress);
+  ASSIGN_OR_RETURN(DoorUrls door, ask_urls(http, "get", ids));
+  UrlStore store(http, location.user, std::move(door), progress);
   auto on_progress = [this](uint64_t files, uint64_t bytes) {
     progress.files.store(files);
     progress.bytes.store(bytes);

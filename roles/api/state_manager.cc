@@ -7,6 +7,7 @@
 #include "crypto/random.h"
 #include "grpc/client.h"
 #include "net/blocking.h"
+#include "state/chunk_batch.h"
 #include "state/manifest.h"
 #include "state/s3_store.h"
 
@@ -735,6 +736,10 @@ asio::awaitable<void> StateManager::serve_door(http::ServerRequest& req, std::st
   const std::string path(req.head().path_only());
   if (path == kStateUrlsPath) {
     co_await door_urls(req, box_id);
+  } else if (path == kStateBatchGetPath && s3_ == nullptr) {
+    co_await door_batch_get(req, box_id);
+  } else if (path == kStateBatchPutPath && s3_ == nullptr) {
+    co_await door_batch_put(req, box_id);
   } else if (path.rfind(kStateObjectPrefix, 0) == 0) {
     co_await door_object(req, box_id);
   } else {
@@ -787,6 +792,10 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
   }
   const bool restore = it->second.restore;
   const std::string user = it->second.user;
+  // "urls": false: the agent fetches through the batch route, which checks every id itself;
+  // this request only checks its ids' scope (an api with an S3 store answers URLs anyway).
+  const bool batch_only = s3_ == nullptr && doc.contains("urls") && doc["urls"].is_boolean() &&
+                          !doc["urls"].get<bool>();
   json urls = json::object();
   if (op == "get") {
     if (!restore) {
@@ -799,6 +808,7 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
         co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
         co_return;
       }
+      if (batch_only) continue;
       auto url = object_url("GET", state::chunk_key(user, id));
       if (!url.ok()) {
         co_await answer(req, 400, url.status().to_string());
@@ -848,7 +858,129 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
     co_return;
   }
   json resp{{"urls", std::move(urls)}};
+  // The chunk batch routes exist for the filesystem store, whose chunks pass the door anyway.
+  if (s3_ == nullptr) resp["batch"] = true;
   (void)co_await http::respond(req, 200, "application/json", resp.dump());
+}
+
+StateManager::Ticket* StateManager::door_ticket(const http::ServerRequest& req,
+                                                const std::string& box_id) {
+  const std::string* id = http::find_header(req.head().headers, kStateTicketHeader);
+  if (id == nullptr) return nullptr;
+  auto it = tickets_.find(*id);
+  if (it == tickets_.end() || it->second.box_id != box_id || it->second.expires_unix < now_unix())
+    return nullptr;
+  return &it->second;
+}
+
+asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std::string box_id) {
+  auto alive = alive_;
+  if (req.head().method != "POST") {
+    co_await answer(req, 405, "POST only");
+    co_return;
+  }
+  auto body = co_await read_body(req, state::kMaxBatchChunks * state::kChunkIdSize);
+  if (!*alive) co_return;
+  if (!body.ok()) {
+    co_await answer(req, http_code(body.status()), body.status().to_string());
+    co_return;
+  }
+  const Ticket* ticket = door_ticket(req, box_id);
+  if (ticket == nullptr) {
+    co_await answer(req, 403, "no state operation of this box holds that ticket");
+    co_return;
+  }
+  if (!ticket->restore) {
+    co_await answer(req, 403, "a save's ticket does not fetch chunks");
+    co_return;
+  }
+  auto ids = state::decode_batch_ids(*body);
+  if (!ids.ok()) {
+    co_await answer(req, 400, std::string(ids.status().message()));
+    co_return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(ids->size());
+  for (const state::ChunkId& id : *ids) {
+    std::string hex = id.hex();
+    if (ticket->allowed.count(hex) == 0) {
+      co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
+      co_return;
+    }
+    keys.push_back(state::chunk_key(ticket->user, id));
+  }
+  state::Store& store = *store_;
+  auto got = co_await net::run_blocking(
+      door_pool_,
+      [&]() -> Result<std::vector<Result<std::string>>> { return store.get_many(keys); });
+  if (!*alive) co_return;
+  if (!got.ok()) {
+    co_await answer(req, http_code(got.status()), got.status().to_string());
+    co_return;
+  }
+  std::string out;
+  for (const auto& item : *got) {
+    if (item.ok()) {
+      ++counters_.chunks_served;
+      note_relayed(box_id, item->size());
+    }
+    state::append_batch_item(out, item);
+  }
+  (void)co_await http::respond(req, 200, "application/octet-stream", out);
+}
+
+asio::awaitable<void> StateManager::door_batch_put(http::ServerRequest& req, std::string box_id) {
+  auto alive = alive_;
+  if (req.head().method != "POST") {
+    co_await answer(req, 405, "POST only");
+    co_return;
+  }
+  auto body = co_await read_body(req, kMaxObjectBody);
+  if (!*alive) co_return;
+  if (!body.ok()) {
+    co_await answer(req, http_code(body.status()), body.status().to_string());
+    co_return;
+  }
+  const Ticket* ticket = door_ticket(req, box_id);
+  if (ticket == nullptr) {
+    co_await answer(req, 403, "no state operation of this box holds that ticket");
+    co_return;
+  }
+  if (ticket->restore) {
+    co_await answer(req, 403, "a restore's ticket does not upload chunks");
+    co_return;
+  }
+  auto items = state::decode_put_items(*body);
+  if (!items.ok()) {
+    co_await answer(req, 400, std::string(items.status().message()));
+    co_return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(items->size());
+  uint64_t bytes = 0;
+  for (const state::PutItem& item : *items) {
+    std::string hex = item.id.hex();
+    if (ticket->put.count(hex) == 0) {
+      co_await answer(req, 403, fmt::format("chunk {} was not asked for by this save", hex));
+      co_return;
+    }
+    keys.push_back(state::chunk_key(ticket->user, item.id));
+    bytes += item.data.size();
+  }
+  note_relayed(box_id, bytes);
+  // Deferred, as door_object's PUT: durable at the commit's sync().
+  state::Store& store = *store_;
+  Status st = co_await net::run_blocking(door_pool_, [&]() -> Status {
+    for (size_t i = 0; i < keys.size(); ++i)
+      RETURN_IF_ERROR(store.put_deferred(keys[i], (*items)[i].data));
+    return ok_status();
+  });
+  if (!*alive) co_return;
+  if (!st.ok()) {
+    co_await answer(req, http_code(st), st.to_string());
+    co_return;
+  }
+  co_await answer(req, 200, "stored");
 }
 
 asio::awaitable<void> StateManager::door_object(http::ServerRequest& req, std::string box_id) {

@@ -219,6 +219,11 @@ class StateManager {
   asio::awaitable<Result<std::string>> state_key(int64_t user_id);
   asio::awaitable<void> door_urls(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> door_object(http::ServerRequest& req, std::string box_id);
+  asio::awaitable<void> door_batch_get(http::ServerRequest& req, std::string box_id);
+  asio::awaitable<void> door_batch_put(http::ServerRequest& req, std::string box_id);
+  // The ticket |req| carries if it is one of |box_id|'s and not expired, else nullptr.
+  // Valid until the next co_await.
+  Ticket* door_ticket(const http::ServerRequest& req, const std::string& box_id);
   asio::awaitable<void> autosave_loop();
 
   // As many as a box's agent has requests in flight: 4 fetch threads on a restore, 3 upload

@@ -29,6 +29,10 @@ namespace cb::api {
 // Paths of the door's state routes (README.md §State).
 inline constexpr std::string_view kStateUrlsPath = "/cocoonbox.state/v1/urls";
 inline constexpr std::string_view kStateObjectPrefix = "/cocoonbox.state/v1/o/";
+// Many chunks in one request (state/chunk_batch.h), with the filesystem store only: the
+// ticket, not a signed URL, names what a request may fetch or store.
+inline constexpr std::string_view kStateBatchGetPath = "/cocoonbox.state/v1/chunks/get";
+inline constexpr std::string_view kStateBatchPutPath = "/cocoonbox.state/v1/chunks/put";
 inline constexpr std::string_view kStateTicketHeader = "x-cocoonbox-state-ticket";
 
 class ChunkUrlSigner {

@@ -179,6 +179,19 @@ rsh second 'test ! -e /workspace/.cb-restore-whole && test ! -e /home/user/.cb-r
   fail "the whole restore left its staging folder"
 ok "a box whose machine and files were lost gets its last save back on ensure, with the loss window"
 
+# --- the door's chunk batch routes take only a ticket of a save or restore in progress ---
+door=$data/boxes/$box_id/run/model.sock
+head -c 64 /dev/zero >"$tmp/two-ids"
+for route in chunks/get chunks/put; do
+  for ticket in "" "0123456789abcdef0123456789abcdef"; do
+    code=$(curl -s -o "$tmp/door.out" -w '%{http_code}' --unix-socket "$door" \
+      -H "x-cocoonbox-state-ticket: $ticket" --data-binary @"$tmp/two-ids" \
+      "http://door/cocoonbox.state/v1/$route")
+    [[ $code == 403 ]] || fail "$route with ticket '$ticket' answered $code: $(cat "$tmp/door.out")"
+  done
+done
+ok "the door's chunk batch routes refuse requests without the ticket of a call in progress (403)"
+
 # --- bad input at the CLI ---
 if cb restore /workspace/t >/dev/null 2>&1; then fail "restore without --snapshot/--at succeeded"; fi
 rc=0; cb restore /workspace/t --at yesterday >/dev/null 2>&1 || rc=$?
