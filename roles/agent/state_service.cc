@@ -11,6 +11,7 @@
 #include "state/chunk_batch.h"
 #include "state/manifest.h"
 #include "state/restore.h"
+#include "state/save.h"
 #include "state/scanner.h"
 #include "state/snapshot.h"
 
@@ -18,10 +19,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
@@ -53,7 +57,10 @@ constexpr size_t kChunksPerPut = 16;
 // Chunks asked about per door request (seed §25.4: pages of 2048).
 constexpr size_t kIdsPerRequest = 2048;
 // A save keeps at most this many plaintext bytes of new chunks before it asks the door.
-constexpr size_t kPendingBytes = 32u << 20;
+constexpr size_t kPendingBytes = 16u << 20;
+// A save's scan waits while this many plaintext bytes of new chunks are asked about or being
+// uploaded.
+constexpr uint64_t kMaxHandedOff = 32u << 20;
 // Chunks sealed and uploaded at once by a save, each thread on its own connection.
 constexpr size_t kUploaders = 3;
 constexpr size_t kManifestPart = 1u << 20;
@@ -322,14 +329,24 @@ Result<state::Manifest> fetch_manifest(JobHttp& http, const state::StateKeys& ke
   return state::open_manifest(keys, sealed, state::manifest_additional_data(location, snapshot_id));
 }
 
-// The save's ChunkSink: new chunks wait in memory (up to kPendingBytes) until the door says
-// which ones the store lacks; those are sealed and PUT to the URLs it gave.
+// The save's ChunkSink, a pipeline with no barrier between batches. New chunks wait in
+// memory until kPendingBytes of them (or kIdsPerRequest) are pending; then an asking thread
+// asks the door which of them the store lacks, and kUploaders threads seal and upload those,
+// kChunksPerPut per request with a door that takes batches, else one PUT per chunk to its
+// URL. Each thread has its own connection. add() may run on several scanning threads at once
+// (ScanOptions::read_threads), and waits while kMaxHandedOff bytes of chunks are asked about
+// or being uploaded, so a save holds at most about kMaxHandedOff + 2 * kPendingBytes of them.
+//
+// Before (until 2026-12-01) the scan handed a batch to an uploader thread and waited for the
+// one before it, and the scan was one thread: both cores were idle 17 % of a first save of
+// the state bench's tree through a box, at each batch's tail and while the scan hashed.
 class UploadSink final : public state::ChunkSink {
  public:
   UploadSink(JobHttp& http, const state::StateKeys& keys, Progress& progress)
       : http_(http), keys_(keys), progress_(progress) {}
-  ~UploadSink() override { (void)wait_uploader(); }
+  ~UploadSink() override { stop(/*abort=*/true); }
 
+  // REQUIRES: before the scan.
   void add_known(const state::Manifest& m) {
     for (const auto& e : m.entries)
       for (const auto& c : e.chunks) known_.insert(c.id);
@@ -338,21 +355,30 @@ class UploadSink final : public state::ChunkSink {
   Status add(const state::ChunkId& id, std::span<const uint8_t> plaintext) override {
     if (progress_.cancel.load()) return cancelled("the caller went away");
     progress_.bytes += plaintext.size();
-    if (known_.count(id) != 0) return ok_status();
-    known_.insert(id);
+    std::unique_lock lock(mu_);
+    if (!first_.ok()) return first_;
+    if (!known_.insert(id).second) return ok_status();
+    room_cv_.wait(lock, [&] { return handed_off_ < kMaxHandedOff || !first_.ok(); });
+    if (!first_.ok()) return first_;
     pending_.push_back(
         {id, std::string(reinterpret_cast<const char*>(plaintext.data()), plaintext.size())});
     pending_bytes_ += plaintext.size();
-    if (pending_bytes_ >= kPendingBytes || pending_.size() >= kIdsPerRequest) return hand_off();
+    if (pending_bytes_ >= kPendingBytes || pending_.size() >= kIdsPerRequest) hand_off(lock);
     return ok_status();
   }
 
   // Uploads what is pending and waits for every upload. Errors: the first failed one's.
   Status flush() {
-    RETURN_IF_ERROR(hand_off());
-    return wait_uploader();
+    {
+      std::unique_lock lock(mu_);
+      if (!pending_.empty()) hand_off(lock);
+    }
+    stop(/*abort=*/false);
+    std::lock_guard lock(mu_);
+    return first_;
   }
 
+  // Read after flush().
   uint64_t uploaded_chunks_ = 0;
   uint64_t uploaded_bytes_ = 0;
   uint64_t uploaded_stored_bytes_ = 0;
@@ -362,120 +388,172 @@ class UploadSink final : public state::ChunkSink {
     state::ChunkId id;
     std::string plaintext;
   };
-  struct Upload {
-    const Pending* chunk;
-    const std::string* url;
+  using Batch = std::vector<Pending>;
+  // Chunks of one batch that go in one request: kChunksPerPut of them to the batch route, or
+  // one to its URL.
+  struct Group {
+    std::shared_ptr<const Batch> batch;                          // keeps the plaintexts
+    std::vector<std::pair<const Pending*, std::string>> chunks;  // and their URLs
+    bool batch_route = false;
+    uint64_t bytes = 0;  // plaintext
   };
 
-  // Waits for the batch being uploaded, then uploads the pending chunks on a thread of their
-  // own while the scan goes on: with the scan waiting for each batch's upload, reading and
-  // uploading did not overlap. The thread gets a client of its own, made for it.
-  Status hand_off() {
-    RETURN_IF_ERROR(wait_uploader());
-    if (pending_.empty()) return ok_status();
-    uploading_ = std::move(pending_);
+  // REQUIRES: |lock| holds mu_. Queues the pending chunks for the asking thread, starting
+  // the threads on the first call.
+  void hand_off(std::unique_lock<std::mutex>& lock) {
+    handed_off_ += pending_bytes_;
+    asks_.push_back(std::make_shared<const Batch>(std::move(pending_)));
     pending_.clear();
     pending_bytes_ = 0;
-    uploader_ = std::thread(
-        [this, client = http_.another()] { upload_status_ = upload_batch(*client, uploading_); });
-    return ok_status();
-  }
-
-  // Errors: the batch's upload's; the same again on later calls (the save stops).
-  Status wait_uploader() {
-    if (uploader_.joinable()) uploader_.join();
-    return upload_status_;
-  }
-
-  // Asks the door which chunks of |batch| the store lacks and uploads those.
-  Status upload_batch(JobHttp& http, const std::vector<Pending>& batch) {
-    std::vector<state::ChunkId> ids;
-    ids.reserve(batch.size());
-    for (const auto& p : batch) ids.push_back(p.id);
-    ASSIGN_OR_RETURN(DoorUrls door, ask_urls(http, "put", ids));
-    std::vector<Upload> todo;
-    for (const auto& p : batch) {
-      auto it = door.urls.find(p.id.hex());
-      if (it == door.urls.end()) continue;  // the store has it (another box saved it)
-      todo.push_back(Upload{&p, &it->second});
+    if (threads_.empty()) {
+      threads_.emplace_back([this, client = http_.another()] { ask(*client); });
+      for (size_t t = 0; t < kUploaders; ++t)
+        threads_.emplace_back([this, client = http_.another()] { upload(*client); });
     }
-    return upload(http, todo, door.batch);
+    lock.unlock();
+    work_cv_.notify_all();
+    lock.lock();
   }
 
-  // Seals and uploads |todo| on up to kUploaders threads, each with its own connection. One
-  // at a time, sealing (CPU) and the PUT (a wait on the store) alternated and left a third of
-  // the machine idle: a first save of the state bench's tree through a box took 10.9-12.9 s.
-  // With |batch| each thread sends kChunksPerPut chunks per request (one POST to
-  // kBatchPutPath), else one PUT per chunk to its URL.
-  Status upload(JobHttp& main, const std::vector<Upload>& todo, bool batch) {
-    const size_t threads = std::min(kUploaders, todo.size());
-    // A client per helper thread, for this call only: no client is used from two threads.
-    std::vector<std::unique_ptr<JobHttp>> clients;
-    for (size_t t = 1; t < threads; ++t) clients.push_back(main.another());
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    Status first = ok_status();  // guarded by mu
-    const size_t group = batch ? kChunksPerPut : 1;
-    auto run = [&](JobHttp& http) {
-      for (size_t i; (i = next.fetch_add(group)) < todo.size();) {
-        {
-          std::lock_guard lock(mu);
-          if (!first.ok()) return;
-          if (progress_.cancel.load()) {
-            first = cancelled("the caller went away");
-            return;
-          }
-        }
-        const size_t end = std::min(i + group, todo.size());
-        std::string body;
-        uint64_t plain_size = 0;
-        uint64_t sealed_size = 0;
-        for (size_t j = i; j < end; ++j) {
-          const Pending& p = *todo[j].chunk;
-          const auto* data = reinterpret_cast<const uint8_t*>(p.plaintext.data());
-          std::string sealed = state::seal_chunk(keys_, p.id, {data, p.plaintext.size()});
-          plain_size += p.plaintext.size();
-          sealed_size += sealed.size();
-          if (batch) {
-            state::append_put_item(body, p.id, sealed);
-          } else {
-            body = std::move(sealed);
-          }
-        }
-        Status put =
-            batch
-                ? http.request("POST", std::string(kBatchPutPath), std::move(body), "chunk upload")
-                      .status()
-                : http.request("PUT", *todo[i].url, std::move(body), "chunk upload").status();
-        std::lock_guard lock(mu);
-        if (!put.ok()) {
-          if (first.ok()) first = put;
+  // Lets the threads end once their queues are empty (|abort|: at once) and joins them.
+  void stop(bool abort) {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+      if (abort && first_.ok()) first_ = cancelled("the save stopped");
+    }
+    work_cv_.notify_all();
+    room_cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  // REQUIRES: mu_ held.
+  void fail(Status st) {
+    if (first_.ok()) first_ = std::move(st);
+    work_cv_.notify_all();
+    room_cv_.notify_all();
+  }
+
+  // The asking thread: which chunks of each batch the store lacks, as groups to upload.
+  void ask(JobHttp& http) {
+    for (;;) {
+      std::shared_ptr<const Batch> batch;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return !asks_.empty() || closing_ || !first_.ok(); });
+        if (!first_.ok() || asks_.empty()) {
+          asked_all_ = true;
+          work_cv_.notify_all();
           return;
         }
-        uploaded_chunks_ += end - i;
-        uploaded_bytes_ += plain_size;
-        uploaded_stored_bytes_ += sealed_size;
-        progress_.chunks += end - i;
-        progress_.chunk_bytes += sealed_size;
+        batch = std::move(asks_.front());
+        asks_.pop_front();
       }
-    };
-    std::vector<std::thread> helpers;
-    for (size_t t = 1; t < threads; ++t) helpers.emplace_back([&, t] { run(*clients[t - 1]); });
-    run(main);
-    for (std::thread& t : helpers) t.join();
-    return first;
+      std::vector<state::ChunkId> ids;
+      ids.reserve(batch->size());
+      for (const Pending& p : *batch) ids.push_back(p.id);
+      auto door = ask_urls(http, "put", ids);
+      std::lock_guard lock(mu_);
+      if (!door.ok()) {
+        fail(door.status());
+        continue;  // ends above
+      }
+      const size_t per_group = door->batch ? kChunksPerPut : 1;
+      Group group;
+      uint64_t skipped = 0;
+      for (const Pending& p : *batch) {
+        auto it = door->urls.find(p.id.hex());
+        if (it == door->urls.end()) {  // the store has it (another box saved it)
+          skipped += p.plaintext.size();
+          continue;
+        }
+        group.chunks.emplace_back(&p, std::move(it->second));
+        group.bytes += p.plaintext.size();
+        if (group.chunks.size() == per_group) {
+          group.batch = batch;
+          group.batch_route = door->batch;
+          groups_.push_back(std::move(group));
+          group = Group();
+        }
+      }
+      if (!group.chunks.empty()) {
+        group.batch = batch;
+        group.batch_route = door->batch;
+        groups_.push_back(std::move(group));
+      }
+      handed_off_ -= skipped;
+      work_cv_.notify_all();
+      room_cv_.notify_all();
+    }
   }
 
-  JobHttp& http_;
+  // An uploading thread: seals each group's chunks and sends them in one request.
+  void upload(JobHttp& http) {
+    for (;;) {
+      Group group;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return !groups_.empty() || asked_all_ || !first_.ok(); });
+        if (!first_.ok() || groups_.empty()) return;
+        group = std::move(groups_.front());
+        groups_.pop_front();
+      }
+      if (progress_.cancel.load()) {
+        std::lock_guard lock(mu_);
+        fail(cancelled("the caller went away"));
+        return;
+      }
+      std::string body;
+      uint64_t sealed_size = 0;
+      for (const auto& [p, url] : group.chunks) {
+        const auto* data = reinterpret_cast<const uint8_t*>(p->plaintext.data());
+        std::string sealed = state::seal_chunk(keys_, p->id, {data, p->plaintext.size()});
+        sealed_size += sealed.size();
+        if (group.batch_route) {
+          state::append_put_item(body, p->id, sealed);
+        } else {
+          body = std::move(sealed);
+        }
+      }
+      Status sent =
+          group.batch_route
+              ? http.request("POST", std::string(kBatchPutPath), std::move(body), "chunk upload")
+                    .status()
+              : http.request("PUT", group.chunks.front().second, std::move(body), "chunk upload")
+                    .status();
+      std::lock_guard lock(mu_);
+      if (!sent.ok()) {
+        fail(sent);
+        return;
+      }
+      uploaded_chunks_ += group.chunks.size();
+      uploaded_bytes_ += group.bytes;
+      uploaded_stored_bytes_ += sealed_size;
+      progress_.chunks += group.chunks.size();
+      progress_.chunk_bytes += sealed_size;
+      handed_off_ -= group.bytes;
+      room_cv_.notify_all();
+    }
+  }
+
+  JobHttp& http_;  // only to make the threads' clients
   const state::StateKeys& keys_;
   Progress& progress_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // a batch to ask about, a group to upload, or the end
+  std::condition_variable room_cv_;  // handed_off_ went down, or an error
+  // Everything below is guarded by mu_.
   std::unordered_set<state::ChunkId, state::ChunkIdHash> known_;
   std::vector<Pending> pending_;
   size_t pending_bytes_ = 0;
-  // The batch uploader_ uploads; neither is touched by the scan until it is joined.
-  std::vector<Pending> uploading_;
-  std::thread uploader_;
-  Status upload_status_ = ok_status();  // written by uploader_, read after joining it
+  uint64_t handed_off_ = 0;  // plaintext bytes asked about or being uploaded
+  std::deque<std::shared_ptr<const Batch>> asks_;
+  std::deque<Group> groups_;
+  bool closing_ = false;    // no more batches come
+  bool asked_all_ = false;  // the asking thread ended: no more groups come
+  Status first_ = ok_status();
+  std::vector<std::thread> threads_;  // the asking thread, then the uploading ones
 };
 
 // A read-only Store over signed GET URLs: exactly the chunks the door handed out, of
@@ -630,6 +708,9 @@ struct SaveJob {
     }
     state::ScanOptions scan;
     scan.roots = {{config.home, "home/user"}, {config.workspace, "workspace"}};
+    // As save_snapshot(): files read, chunked and hashed on a thread per core.
+    scan.read_threads =
+        std::clamp(int(std::thread::hardware_concurrency()), 1, state::kMaxDefaultReadThreads);
     // The last consistent copy of agent.db goes with every save once one was taken.
     struct stat copy_dir {};
     if (!config.agent_copy_dir.empty() && ::stat(config.agent_copy_dir.c_str(), &copy_dir) == 0 &&

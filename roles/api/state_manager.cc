@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -45,6 +46,12 @@ int64_t now_unix() {
 // The whole request body, at most |limit| bytes. Errors: kResourceExhausted above it.
 asio::awaitable<Result<std::string>> read_body(http::ServerRequest& req, size_t limit) {
   std::string body;
+  // Room for a declared length up front: a 1 MiB batch of chunks grown piece by piece was
+  // copied again at each doubling, on the api's one I/O thread.
+  if (const std::string* length = http::find_header(req.head().headers, "content-length")) {
+    const unsigned long long n = std::strtoull(length->c_str(), nullptr, 10);
+    body.reserve(size_t(std::min<unsigned long long>(n, limit)));
+  }
   for (;;) {
     auto piece = co_await req.read();
     if (!piece.ok()) co_return piece.status();
