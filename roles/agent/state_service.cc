@@ -309,7 +309,7 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
     const auto batch = resp.find("batch");
     if (batch == resp.end() || !batch->is_boolean() || !batch->get<bool>()) out.batch = false;
     if (op == "get" && i == 0 && out.batch) {
-      if (!urls.empty()) return unavailable("chunk urls: URLs in an answer that has none");
+      urls.clear();  // none were asked for; the batch route checks every id itself
       return out;
     }
   }
@@ -355,13 +355,18 @@ class UploadSink final : public state::ChunkSink {
   Status add(const state::ChunkId& id, std::span<const uint8_t> plaintext) override {
     if (progress_.cancel.load()) return cancelled("the caller went away");
     progress_.bytes += plaintext.size();
+    {
+      std::lock_guard lock(mu_);
+      if (!first_.ok()) return first_;
+      if (!known_.insert(id).second) return ok_status();
+    }
+    // Copied outside the lock, which the other scanning threads and the uploaders share.
+    Pending chunk{id,
+                  std::string(reinterpret_cast<const char*>(plaintext.data()), plaintext.size())};
     std::unique_lock lock(mu_);
-    if (!first_.ok()) return first_;
-    if (!known_.insert(id).second) return ok_status();
     room_cv_.wait(lock, [&] { return handed_off_ < kMaxHandedOff || !first_.ok(); });
     if (!first_.ok()) return first_;
-    pending_.push_back(
-        {id, std::string(reinterpret_cast<const char*>(plaintext.data()), plaintext.size())});
+    pending_.push_back(std::move(chunk));
     pending_bytes_ += plaintext.size();
     if (pending_bytes_ >= kPendingBytes || pending_.size() >= kIdsPerRequest) hand_off(lock);
     return ok_status();
@@ -636,25 +641,28 @@ class UrlStore final : public state::Store {
       ids.push_back(*id);
       asked.push_back(i);
     }
-    if (ids.empty()) return out;
-    Result<std::vector<Result<std::string>>> items = cancelled("the caller went away");
-    if (!progress_.cancel.load()) {
-      auto body = client().request("POST", std::string(kBatchGetPath), state::encode_batch_ids(ids),
-                                   "chunk batch");
-      items = body.ok() ? state::decode_batch_items(*body, ids.size())
-                        : Result<std::vector<Result<std::string>>>(body.status());
-    }
-    for (size_t j = 0; j < asked.size(); ++j) {
+    // A door answers the first ids of a request (up to its answer's size limit): ask again
+    // for the rest until every id has its item.
+    for (size_t done = 0; done < ids.size();) {
+      Result<std::vector<Result<std::string>>> items = cancelled("the caller went away");
+      if (!progress_.cancel.load()) {
+        const auto rest = std::span<const state::ChunkId>(ids).subspan(done);
+        auto body = client().request("POST", std::string(kBatchGetPath),
+                                     state::encode_batch_ids(rest), "chunk batch");
+        items = body.ok() ? state::decode_batch_items(*body, rest.size())
+                          : Result<std::vector<Result<std::string>>>(body.status());
+      }
       if (!items.ok()) {
-        out[asked[j]] = items.status();
-        continue;
+        for (size_t j = done; j < ids.size(); ++j) out[asked[j]] = items.status();
+        break;
       }
-      Result<std::string>& item = (*items)[j];
-      if (item.ok()) {
-        ++progress_.chunks;
-        progress_.chunk_bytes += item->size();
+      for (Result<std::string>& item : *items) {
+        if (item.ok()) {
+          ++progress_.chunks;
+          progress_.chunk_bytes += item->size();
+        }
+        out[asked[done++]] = std::move(item);
       }
-      out[asked[j]] = std::move(item);
     }
     return out;
   }

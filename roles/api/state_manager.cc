@@ -886,13 +886,17 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
     co_await answer(req, 405, "POST only");
     co_return;
   }
+  if (door_ticket(req, box_id) == nullptr) {
+    co_await answer(req, 403, "no state operation of this box holds that ticket");
+    co_return;
+  }
   auto body = co_await read_body(req, state::kMaxBatchChunks * state::kChunkIdSize);
   if (!*alive) co_return;
   if (!body.ok()) {
     co_await answer(req, http_code(body.status()), body.status().to_string());
     co_return;
   }
-  const Ticket* ticket = door_ticket(req, box_id);
+  const Ticket* ticket = door_ticket(req, box_id);  // again: the read may have outlived it
   if (ticket == nullptr) {
     co_await answer(req, 403, "no state operation of this box holds that ticket");
     co_return;
@@ -916,24 +920,35 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
     }
     keys.push_back(state::chunk_key(ticket->user, id));
   }
+  // The answer is built on the pool, and ends after kMaxBatchAnswer bytes (the agent asks
+  // again for the rest): a request costs the api a bounded amount of memory.
+  struct Answer {
+    std::string bytes;
+    uint64_t chunks = 0;
+    uint64_t chunk_bytes = 0;
+  };
   state::Store& store = *store_;
-  auto got = co_await net::run_blocking(
-      door_pool_,
-      [&]() -> Result<std::vector<Result<std::string>>> { return store.get_many(keys); });
+  auto built = co_await net::run_blocking(door_pool_, [&]() -> Result<Answer> {
+    Answer a;
+    for (size_t i = 0; i < keys.size() && (i == 0 || a.bytes.size() < state::kMaxBatchAnswer);
+         ++i) {
+      auto item = store.get(keys[i]);
+      if (item.ok()) {
+        ++a.chunks;
+        a.chunk_bytes += item->size();
+      }
+      state::append_batch_item(a.bytes, item);
+    }
+    return a;
+  });
   if (!*alive) co_return;
-  if (!got.ok()) {
-    co_await answer(req, http_code(got.status()), got.status().to_string());
+  if (!built.ok()) {
+    co_await answer(req, http_code(built.status()), built.status().to_string());
     co_return;
   }
-  std::string out;
-  for (const auto& item : *got) {
-    if (item.ok()) {
-      ++counters_.chunks_served;
-      note_relayed(box_id, item->size());
-    }
-    state::append_batch_item(out, item);
-  }
-  (void)co_await http::respond(req, 200, "application/octet-stream", out);
+  counters_.chunks_served += built->chunks;
+  note_relayed(box_id, built->chunk_bytes);
+  (void)co_await http::respond(req, 200, "application/octet-stream", built->bytes);
 }
 
 asio::awaitable<void> StateManager::door_batch_put(http::ServerRequest& req, std::string box_id) {
@@ -942,19 +957,23 @@ asio::awaitable<void> StateManager::door_batch_put(http::ServerRequest& req, std
     co_await answer(req, 405, "POST only");
     co_return;
   }
+  // The ticket before the body: without one, a request costs the api nothing.
+  const Ticket* before = door_ticket(req, box_id);
+  if (before == nullptr || before->restore) {
+    co_await answer(req, 403,
+                    before == nullptr ? "no state operation of this box holds that ticket"
+                                      : "a restore's ticket does not upload chunks");
+    co_return;
+  }
   auto body = co_await read_body(req, kMaxObjectBody);
   if (!*alive) co_return;
   if (!body.ok()) {
     co_await answer(req, http_code(body.status()), body.status().to_string());
     co_return;
   }
-  const Ticket* ticket = door_ticket(req, box_id);
+  const Ticket* ticket = door_ticket(req, box_id);  // again: the save may have ended
   if (ticket == nullptr) {
     co_await answer(req, 403, "no state operation of this box holds that ticket");
-    co_return;
-  }
-  if (ticket->restore) {
-    co_await answer(req, 403, "a restore's ticket does not upload chunks");
     co_return;
   }
   auto items = state::decode_put_items(*body);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace cb::state {
@@ -68,12 +69,15 @@ void append_batch_item(std::string& out, const Result<std::string>& item) {
   out += message;
 }
 
-Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t count) {
+Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t asked) {
   std::vector<Result<std::string>> items;
-  items.reserve(std::min(count, kMaxBatchChunks));
-  for (size_t i = 0; i < count; ++i) {
+  items.reserve(std::min(asked, kMaxBatchChunks));
+  while (!body.empty()) {
+    const size_t i = items.size();
+    if (i == asked)
+      return unavailable(fmt::format("chunk batch: more than the {} items asked for", asked));
     if (body.size() < kItemHeader)
-      return unavailable(fmt::format("chunk batch: the answer ends at item {} of {}", i, count));
+      return unavailable(fmt::format("chunk batch: item {} is cut short", i));
     const uint8_t code = uint8_t(body[0]);
     const uint32_t size = get_u32le(body.substr(1));
     body.remove_prefix(kItemHeader);
@@ -90,9 +94,7 @@ Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view bod
       return unavailable(fmt::format("chunk batch: item {}'s error message is {} bytes", i, size));
     items.emplace_back(Status(Code(code), bytes));
   }
-  if (!body.empty())
-    return unavailable(
-        fmt::format("chunk batch: {} bytes after the last of {} items", body.size(), count));
+  if (items.empty() && asked > 0) return unavailable("chunk batch: an answer without items");
   return items;
 }
 

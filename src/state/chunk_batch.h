@@ -5,7 +5,10 @@
 // the agent and the api, which share the machine's cores with the restore's own work.
 //
 //   get request  := id...                       32 raw bytes each, 1..kMaxBatchChunks of them
-//   get answer   := item...                     one per requested id, in the request's order
+//   get answer   := item...                     one per requested id, in the request's order,
+//                                               for the first 1..n of them: a door stops
+//                                               after kMaxBatchAnswer bytes and the client
+//                                               asks again for the rest
 //   item         := u8(code) u32le(size) bytes  code 0: the object's bytes; else a cb::Code
 //                                               and an error message of at most
 //                                               kMaxBatchMessage bytes
@@ -29,6 +32,9 @@ namespace cb::state {
 
 inline constexpr size_t kMaxBatchChunks = 256;
 inline constexpr size_t kMaxBatchMessage = 4096;
+// A door answers no more items once its answer holds this many bytes (always one, whatever
+// its size), so a request costs it a bounded amount of memory.
+inline constexpr size_t kMaxBatchAnswer = 8u << 20;
 
 // The body of a get request for |ids|. REQUIRES: 1..kMaxBatchChunks ids.
 std::string encode_batch_ids(std::span<const ChunkId> ids);
@@ -40,11 +46,12 @@ Result<std::vector<ChunkId>> decode_batch_ids(std::string_view body);
 // kMaxBatchMessage bytes).
 void append_batch_item(std::string& out, const Result<std::string>& item);
 
-// The |count| items of a get answer, each the object or the error the door gave for it.
-// Errors (for the whole answer): kUnavailable naming the problem if |body| does not hold
-//   exactly |count| well-formed items (a short or long answer, an unknown code, an error
-//   item whose message is too long).
-Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t count);
+// The items of a get answer to |asked| ids: each the object or the error the door gave for
+// it, for the first 1..|asked| ids (none when |asked| is 0).
+// Errors (for the whole answer): kUnavailable naming the problem unless |body| is 1..|asked|
+//   well-formed items (a cut item, an unknown code, an error item whose message is too long,
+//   more items than asked for, none).
+Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t asked);
 
 // Appends one chunk to a put request.
 void append_put_item(std::string& out, const ChunkId& id, std::string_view sealed);

@@ -387,7 +387,7 @@ class Restorer {
   }
 
   // Queues |task| for the threads, waiting for room, or runs it here without threads.
-  // Returns false once an error is known.
+  // Returns false once an error before |task| is known.
   bool submit(WriteTask&& task) {
     if (threads_.empty()) {
       Position failed;
@@ -398,8 +398,11 @@ class Restorer {
       return false;
     }
     std::unique_lock lock(mu_);
-    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || error_.has_value(); });
-    if (error_.has_value()) return false;
+    // A task before the known error still runs: it may hold an earlier one (the creating
+    // thread's error at entry i leaves the pending ranges of entries before i).
+    auto after_error = [&] { return error_.has_value() && error_->first < task.at(); };
+    room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || after_error(); });
+    if (after_error()) return false;
     queue_.push_back(std::move(task));
     work_cv_.notify_one();
     return true;

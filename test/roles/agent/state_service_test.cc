@@ -124,8 +124,13 @@ class Door {
       (void)co_await http::respond(req, 400, "text/plain", ids.status().to_string());
       co_return;
     }
+    // Like the api's door at its answer's size limit, it answers only the first ids (5 here),
+    // and the agent asks again for the rest.
     std::vector<std::string> keys;
-    for (const auto& id : *ids) keys.push_back(state::chunk_key(std::string(kUser), id));
+    for (const auto& id : *ids) {
+      if (keys.size() == kItemsPerAnswer) break;
+      keys.push_back(state::chunk_key(std::string(kUser), id));
+    }
     std::string out;
     for (const auto& item : store_.get_many(keys)) state::append_batch_item(out, item);
     (void)co_await http::respond(req, 200, "application/octet-stream", out);
@@ -173,6 +178,7 @@ class Door {
     (void)co_await http::respond(req, 200, "application/octet-stream", *data);
   }
 
+  static constexpr size_t kItemsPerAnswer = 5;
   state::Store& store_;
   const bool batch_;
   http::Router router_;
@@ -500,15 +506,17 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
     co_await door.stop();
   });
   REQUIRE(restored == ok_status());
-  // Without batches a request per chunk; with them none, and a batch per 16 chunks or so
-  // (the restore's tasks of 16 span the small files).
+  // Without batches a request per chunk; with them none, and a batch per 16 chunks or so on
+  // a save; on a restore (tasks of 16 spanning the small files) the door answers 5 ids at a
+  // time, so the agent asks about 3 times per task.
   if (batch) {
     CHECK(save_requests.first == 0);
     CHECK(save_requests.second > 0);
     CHECK(size_t(save_requests.second) <= saved.done->uploaded_chunks() / 8 + 2);
     CHECK(restore_requests.first == 0);
     CHECK(restore_requests.second > 0);
-    CHECK(size_t(restore_requests.second) <= ids.size() / 8 + 2);
+    CHECK(size_t(restore_requests.second) >= (ids.size() + 4) / 5);
+    CHECK(size_t(restore_requests.second) <= ids.size() / 4 + 8);
   } else {
     CHECK(size_t(save_requests.first) == saved.done->uploaded_chunks());
     CHECK(save_requests.second == 0);
