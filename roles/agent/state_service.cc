@@ -632,10 +632,9 @@ class UrlStore final : public state::Store {
     std::vector<state::ChunkId> ids;
     std::vector<size_t> asked;  // index in |keys| of each id
     for (size_t i = 0; i < keys.size(); ++i) {
-      const std::string_view key = keys[i];
-      auto id = state::ChunkId::from_hex(key.substr(key.rfind('/') + 1));
-      if (!id.ok() || state::chunk_key(user_, *id) != key) {
-        out[i] = not_found(fmt::format("{}: not a chunk of this restore", key));
+      auto id = state::chunk_id_of(user_, keys[i]);
+      if (!id.ok()) {
+        out[i] = not_found(fmt::format("{}: not a chunk of this restore", keys[i]));
         continue;
       }
       ids.push_back(*id);

@@ -116,12 +116,11 @@ Result<state::SweepResult> dry_sweep(state::Store& store, const state::StateKeys
     }
   }
   result.marked_chunks = marked.size();
-  const std::string prefix = state::user_prefix(user) + "chunks/";
+  const std::string prefix = state::chunks_prefix(user);
   ASSIGN_OR_RETURN(std::vector<state::ObjectInfo> listed, state::list_all(store, prefix));
   for (const state::ObjectInfo& o : listed) {
-    const size_t slash = o.key.rfind('/');
-    auto id = state::ChunkId::from_hex(std::string_view(o.key).substr(slash + 1));
-    if (!id.ok() || state::chunk_key(user, *id) != o.key) {
+    auto id = state::chunk_id_of(user, o.key);
+    if (!id.ok()) {
       ++result.foreign_objects;
       continue;
     }

@@ -1,5 +1,6 @@
 #include "roles/api/state_manager.h"
 
+#include "base/check.h"
 #include "base/log.h"
 #include "cocoonbox/agent/v1/state.pb.h"
 #include "crypto/bytes.h"
@@ -760,16 +761,14 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
     co_await answer(req, 405, "POST only");
     co_return;
   }
-  const std::string* ticket_id = http::find_header(req.head().headers, kStateTicketHeader);
-  const std::string ticket = ticket_id != nullptr ? *ticket_id : std::string();
   auto body = co_await read_body(req, kMaxUrlsBody);
   if (!*alive) co_return;
   if (!body.ok()) {
     co_await answer(req, http_code(body.status()), body.status().to_string());
     co_return;
   }
-  auto it = tickets_.find(ticket);
-  if (it == tickets_.end() || it->second.box_id != box_id || it->second.expires_unix < now_unix()) {
+  Ticket* ticket = door_ticket(req, box_id);
+  if (ticket == nullptr) {
     co_await answer(req, 403, "no state operation of this box holds that ticket");
     co_return;
   }
@@ -797,8 +796,8 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
     }
     ids.push_back(*id);
   }
-  const bool restore = it->second.restore;
-  const std::string user = it->second.user;
+  const bool restore = ticket->restore;
+  const std::string user = ticket->user;
   // "urls": false: the agent fetches through the batch route, which checks every id itself;
   // this request only checks its ids' scope (an api with an S3 store answers URLs anyway).
   const bool batch_only = s3_ == nullptr && doc.contains("urls") && doc["urls"].is_boolean() &&
@@ -811,7 +810,7 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
     }
     for (const auto& id : ids) {
       std::string hex = id.hex();
-      if (it->second.allowed.count(hex) == 0) {
+      if (ticket->allowed.count(hex) == 0) {
         co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
         co_return;
       }
@@ -845,8 +844,8 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
       co_await answer(req, 503, missing.status().to_string());
       co_return;
     }
-    auto again = tickets_.find(ticket);
-    if (again == tickets_.end()) {
+    Ticket* again = door_ticket(req, box_id);  // the stats were a suspension
+    if (again == nullptr) {
       co_await answer(req, 403, "the save ended");
       co_return;
     }
@@ -857,7 +856,7 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
         co_await answer(req, 400, url.status().to_string());
         co_return;
       }
-      again->second.put.insert(hex);
+      again->put.insert(hex);
       urls[hex] = std::move(*url);
     }
   } else {
@@ -880,31 +879,46 @@ StateManager::Ticket* StateManager::door_ticket(const http::ServerRequest& req,
   return &it->second;
 }
 
-asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std::string box_id) {
+asio::awaitable<std::optional<std::string>> StateManager::door_batch_body(http::ServerRequest& req,
+                                                                          const std::string& box_id,
+                                                                          bool restore,
+                                                                          size_t limit) {
   auto alive = alive_;
   if (req.head().method != "POST") {
     co_await answer(req, 405, "POST only");
-    co_return;
+    co_return std::nullopt;
   }
-  if (door_ticket(req, box_id) == nullptr) {
-    co_await answer(req, 403, "no state operation of this box holds that ticket");
-    co_return;
+  const char* wrong_kind = restore ? "a save's ticket does not fetch chunks"
+                                   : "a restore's ticket does not upload chunks";
+  // The ticket before the body, so a request without one costs the api nothing.
+  const Ticket* before = door_ticket(req, box_id);
+  if (before == nullptr || before->restore != restore) {
+    co_await answer(
+        req, 403,
+        before == nullptr ? "no state operation of this box holds that ticket" : wrong_kind);
+    co_return std::nullopt;
   }
-  auto body = co_await read_body(req, state::kMaxBatchChunks * state::kChunkIdSize);
-  if (!*alive) co_return;
+  auto body = co_await read_body(req, limit);
+  if (!*alive) co_return std::nullopt;
   if (!body.ok()) {
     co_await answer(req, http_code(body.status()), body.status().to_string());
-    co_return;
+    co_return std::nullopt;
   }
-  const Ticket* ticket = door_ticket(req, box_id);  // again: the read may have outlived it
-  if (ticket == nullptr) {
+  if (door_ticket(req, box_id) == nullptr) {  // again: the call may have ended meanwhile
     co_await answer(req, 403, "no state operation of this box holds that ticket");
-    co_return;
+    co_return std::nullopt;
   }
-  if (!ticket->restore) {
-    co_await answer(req, 403, "a save's ticket does not fetch chunks");
-    co_return;
-  }
+  co_return std::move(*body);
+}
+
+asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std::string box_id) {
+  auto alive = alive_;
+  auto body =
+      co_await door_batch_body(req, box_id, true, state::kMaxBatchChunks * state::kChunkIdSize);
+  if (!body) co_return;
+  // door_batch_body() checked it, and nothing ran since: its co_return resumed us.
+  const Ticket* ticket = door_ticket(req, box_id);
+  CB_CHECK(ticket != nullptr);
   auto ids = state::decode_batch_ids(*body);
   if (!ids.ok()) {
     co_await answer(req, 400, std::string(ids.status().message()));
@@ -953,29 +967,11 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
 
 asio::awaitable<void> StateManager::door_batch_put(http::ServerRequest& req, std::string box_id) {
   auto alive = alive_;
-  if (req.head().method != "POST") {
-    co_await answer(req, 405, "POST only");
-    co_return;
-  }
-  // The ticket before the body: without one, a request costs the api nothing.
-  const Ticket* before = door_ticket(req, box_id);
-  if (before == nullptr || before->restore) {
-    co_await answer(req, 403,
-                    before == nullptr ? "no state operation of this box holds that ticket"
-                                      : "a restore's ticket does not upload chunks");
-    co_return;
-  }
-  auto body = co_await read_body(req, kMaxObjectBody);
-  if (!*alive) co_return;
-  if (!body.ok()) {
-    co_await answer(req, http_code(body.status()), body.status().to_string());
-    co_return;
-  }
-  const Ticket* ticket = door_ticket(req, box_id);  // again: the save may have ended
-  if (ticket == nullptr) {
-    co_await answer(req, 403, "no state operation of this box holds that ticket");
-    co_return;
-  }
+  auto body = co_await door_batch_body(req, box_id, false, kMaxObjectBody);
+  if (!body) co_return;
+  // door_batch_body() checked it, and nothing ran since: its co_return resumed us.
+  const Ticket* ticket = door_ticket(req, box_id);
+  CB_CHECK(ticket != nullptr);
   auto items = state::decode_put_items(*body);
   if (!items.ok()) {
     co_await answer(req, 400, std::string(items.status().message()));

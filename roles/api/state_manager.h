@@ -45,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -219,6 +220,12 @@ class StateManager {
   asio::awaitable<Result<std::string>> state_key(int64_t user_id);
   asio::awaitable<void> door_urls(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> door_object(http::ServerRequest& req, std::string box_id);
+  // The body of a chunk batch request (at most |limit| bytes) whose ticket is a live
+  // restore's (|restore|) or save's of |box_id|: checked before the body is read and again
+  // after. nullopt once it answered the error, or the manager went away.
+  asio::awaitable<std::optional<std::string>> door_batch_body(http::ServerRequest& req,
+                                                              const std::string& box_id,
+                                                              bool restore, size_t limit);
   asio::awaitable<void> door_batch_get(http::ServerRequest& req, std::string box_id);
   asio::awaitable<void> door_batch_put(http::ServerRequest& req, std::string box_id);
   // The ticket |req| carries if it is one of |box_id|'s and not expired, else nullptr.

@@ -1,6 +1,7 @@
 #include "state/chunk_batch.h"
 
 #include "base/check.h"
+#include "state/encoding_internal.h"
 
 #include <fmt/format.h>
 
@@ -11,18 +12,11 @@ namespace cb::state {
 
 namespace {
 
+using internal::get_u32le;
+using internal::put_u32le;
+
 constexpr size_t kItemHeader = 1 + 4;
 constexpr size_t kPutHeader = kChunkIdSize + 4;
-
-void put_u32le(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
-}
-
-uint32_t get_u32le(std::string_view at) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(at[size_t(i)])) << (8 * i);
-  return v;
-}
 
 ChunkId id_at(std::string_view at) {
   ChunkId id;

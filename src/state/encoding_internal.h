@@ -30,6 +30,18 @@ inline void put_bytes(std::string& out, std::string_view s) {
   out += s;
 }
 
+// Fixed-width little-endian, for sizes that precede their bytes (pack footers, chunk batches).
+inline void put_u32le(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
+}
+
+// REQUIRES: |at| holds at least 4 bytes.
+inline uint32_t get_u32le(std::string_view at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(at[size_t(i)])) << (8 * i);
+  return v;
+}
+
 // Reads from a borrowed buffer; |what| names the object in error messages.
 class Reader {
  public:

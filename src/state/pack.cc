@@ -11,10 +11,6 @@ namespace {
 
 constexpr uint64_t kPackIndexVersion = 1;
 
-void put_u32le(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
-}
-
 }  // namespace
 
 uint64_t PackIndex::live_bytes() const {
@@ -39,7 +35,7 @@ std::string encode_pack_index(const PackIndex& index) {
   // Level 3: the keys are hex under one prefix, which zstd's literals coding halves.
   std::string out = internal::zstd_compress(raw, 3);
   const crypto::Sha256Digest digest = crypto::sha256(out);
-  put_u32le(out, uint32_t(out.size()));
+  internal::put_u32le(out, uint32_t(out.size()));
   out.append(reinterpret_cast<const char*>(digest.data()), kPackDigestSize);
   out += kPackMagic;
   return out;
@@ -50,8 +46,7 @@ Result<size_t> pack_index_size(std::string_view tail, std::string_view what) {
   const std::string_view footer = tail.substr(tail.size() - kPackFooterSize);
   if (footer.substr(4 + kPackDigestSize) != kPackMagic)
     return data_loss(std::string(what) + ": bad pack magic");
-  uint32_t size = 0;
-  for (int i = 0; i < 4; ++i) size |= uint32_t(uint8_t(footer[size_t(i)])) << (8 * i);
+  const uint32_t size = internal::get_u32le(footer);
   if (size > kMaxPackIndexSize) {
     return data_loss(std::string(what) + ": pack index of " + std::to_string(size) + " bytes");
   }

@@ -142,6 +142,12 @@ std::string chunk_key(std::string_view user, const ChunkId& id) {
   const std::string hex = id.hex();
   return chunks_prefix(user) + hex.substr(0, 2) + "/" + hex;
 }
+Result<ChunkId> chunk_id_of(std::string_view user, std::string_view key) {
+  auto id = ChunkId::from_hex(key.substr(key.rfind('/') + 1));  // npos + 1: the whole key
+  if (!id.ok() || chunk_key(user, *id) != key)
+    return invalid_argument(std::string(key) + ": not a chunk key of " + std::string(user));
+  return id;
+}
 std::string box_prefix(const BoxLocation& l) { return l.user + "/boxes/" + l.box + "/"; }
 std::string snapshots_prefix(const BoxLocation& l) { return box_prefix(l) + "snapshots/"; }
 std::string manifest_key(const BoxLocation& l, std::string_view id) {

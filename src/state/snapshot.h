@@ -48,8 +48,11 @@ Status validate_location(const BoxLocation& location);
 std::string user_prefix(std::string_view user);                   // <user>/
 std::string chunks_prefix(std::string_view user);                 // <user>/chunks/
 std::string chunk_key(std::string_view user, const ChunkId& id);  // <user>/chunks/<hh>/<hex>
-std::string box_prefix(const BoxLocation& location);              // <user>/boxes/<box>/
-std::string snapshots_prefix(const BoxLocation& location);        // .../snapshots/
+// The id of the chunk |key| is the key of: chunk_key(user, id) == key.
+// Errors: kInvalidArgument for any other key (another user's, a malformed or foreign object).
+Result<ChunkId> chunk_id_of(std::string_view user, std::string_view key);
+std::string box_prefix(const BoxLocation& location);        // <user>/boxes/<box>/
+std::string snapshots_prefix(const BoxLocation& location);  // .../snapshots/
 std::string manifest_key(const BoxLocation& location, std::string_view snapshot_id);
 std::string record_key(const BoxLocation& location, std::string_view snapshot_id);
 std::string timeline_key(const BoxLocation& location);  // .../timeline

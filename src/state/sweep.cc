@@ -83,9 +83,8 @@ Result<SweepResult> sweep_finish(Store& store, const StateKeys& keys, SweepMark&
   std::vector<ChunkId> garbage;
   std::vector<std::string> garbage_keys;
   for (const ObjectInfo& o : mark.listed) {
-    const size_t slash = o.key.rfind('/');
-    auto id = ChunkId::from_hex(std::string_view(o.key).substr(slash + 1));
-    if (!id.ok() || chunk_key(mark.user, *id) != o.key) {
+    auto id = chunk_id_of(mark.user, o.key);
+    if (!id.ok()) {
       ++result.foreign_objects;
       continue;
     }

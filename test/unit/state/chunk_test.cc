@@ -4,6 +4,7 @@
 #include "crypto/hash.h"
 #include "crypto/sealed.h"
 #include "state/keys.h"
+#include "state/snapshot.h"
 #include "state/zstd_internal.h"
 
 #include <catch2/catch.hpp>
@@ -221,6 +222,21 @@ TEST_CASE(
       CHECK(std::string(s.message()) == "chunk " + b.hex() + ": content does not match its id");
     }
   }
+}
+
+TEST_CASE("chunk_id_of: the id of a user's chunk key, and nothing else", "[state][unit]") {
+  ChunkId id;
+  id.bytes.fill(0xab);
+  const std::string key = chunk_key("u1", id);
+  auto back = chunk_id_of("u1", key);
+  REQUIRE(back.ok());
+  CHECK(*back == id);
+  // Another user's key, a wrong fan-out folder, no folder, a short id, a foreign object.
+  CHECK(chunk_id_of("u2", key).status().code() == Code::kInvalidArgument);
+  CHECK(!chunk_id_of("u1", "u1/chunks/00/" + id.hex()).ok());
+  CHECK(!chunk_id_of("u1", id.hex()).ok());
+  CHECK(!chunk_id_of("u1", key.substr(0, key.size() - 1)).ok());
+  CHECK(!chunk_id_of("u1", "u1/chunks/ab/notes.txt").ok());
 }
 
 }  // namespace
