@@ -31,13 +31,15 @@ namespace cb::http {
 
 namespace {
 
-// 16 KiB: one TLS record, the largest unit a TLS read can return anyway.
-constexpr size_t kReadSize = 16 * 1024;
+// 64 KiB: a TLS read returns one record (16 KiB) at most, but a plaintext socket (a box's
+// door, a unix socket) returns what has arrived, and a large request body (a save's chunk
+// batches, 16 MiB each) then takes a quarter of the reads and handler wake-ups.
+constexpr size_t kReadSize = 64 * 1024;
 // Unparsed bytes buffered ahead of the parser (pipelined requests, body not yet read). The
 // reader stops here until the handler consumes; that is the per-connection memory bound.
-constexpr size_t kReadAhead = 64 * 1024;
+constexpr size_t kReadAhead = 256 * 1024;
 // Bytes handed to the parser per step, so one read() returns at most about this much.
-constexpr size_t kFeedSize = 16 * 1024;
+constexpr size_t kFeedSize = 64 * 1024;
 // A handler that answered without reading its whole request body: up to this many body bytes
 // are read and dropped to keep the connection; a longer body closes it instead. Go's net/http
 // uses 256 KiB for the same decision (maxPostHandlerReadBytes).
@@ -276,9 +278,10 @@ class H1Connection final : public Http1RequestVisitor {
     co_return true;
   }
 
-  // Writes |data| in full. Writes from concurrent coroutines of one handler (a 100 Continue
-  // from read(), body from write()) are serialized here, never interleaved.
-  asio::awaitable<Status> write_all(std::string data) {
+  // Writes |data| in full; the caller keeps it alive until this returns. Writes from
+  // concurrent coroutines of one handler (a 100 Continue from read(), body from write()) are
+  // serialized here, never interleaved.
+  asio::awaitable<Status> write_all(std::string_view data) {
     while (writing_) {
       Status waited = co_await changed_.wait();
       if (!waited.ok()) co_return waited;
@@ -324,7 +327,7 @@ class H1Connection final : public Http1RequestVisitor {
 
   asio::awaitable<void> send_error(int status, std::string_view detail) {
     std::string response = error_response(status, detail);
-    if (!response.empty()) (void)co_await write_all(std::move(response));
+    if (!response.empty()) (void)co_await write_all(response);
   }
 
   // Immediate close: the response in flight (if any) is cut.
@@ -448,7 +451,7 @@ class H1Exchange final : public ServerRequest {
   asio::awaitable<Result<std::string>> read() override {
     if (expect_continue_ && !continue_sent_ && !headers_sent_ && !conn_.message_complete()) {
       continue_sent_ = true;
-      Status st = co_await conn_.write_all(std::string("HTTP/1.1 100 Continue\r\n\r\n"));
+      Status st = co_await conn_.write_all("HTTP/1.1 100 Continue\r\n\r\n");
       if (!st.ok()) co_return st;
     }
     co_return co_await conn_.read_body();
@@ -459,15 +462,17 @@ class H1Exchange final : public ServerRequest {
     // Everything that reads |headers| happens before the first suspension.
     auto head = prepare_head(status, headers, end_stream);
     if (!head.ok()) co_return head.status();
-    Status st = co_await conn_.write_all(std::move(*head));
+    Status st = co_await conn_.write_all(*head);
     co_return st;
   }
 
   asio::awaitable<Status> write(std::string_view data, bool end_stream) override {
-    auto out = prepare_body(data, end_stream);
+    std::string framed;
+    auto out = prepare_body(data, end_stream, framed);
     if (!out.ok()) co_return out.status();
     if (!out->empty()) {
-      Status st = co_await conn_.write_all(std::move(*out));
+      // |data| outlives this call's await, so a body that needs no framing goes as it is.
+      Status st = co_await conn_.write_all(*out);
       if (!st.ok()) co_return st;
     }
     if (framing_ == Framing::kLength && end_stream && remaining_ > 0)
@@ -492,7 +497,7 @@ class H1Exchange final : public ServerRequest {
     CO_RETURN_IF_ERROR(append_last_chunk(out, trailers));
     ended_ = true;
     last_chunk_sent_ = true;
-    Status st = co_await conn_.write_all(std::move(out));
+    Status st = co_await conn_.write_all(out);
     co_return st;
   }
 
@@ -623,11 +628,14 @@ class H1Exchange final : public ServerRequest {
     return head;
   }
 
-  Result<std::string> prepare_body(std::string_view data, bool end_stream) {
+  // The bytes to send for |data|: |data| itself, or its chunked framing built in |framed|
+  // (empty when nothing is sent).
+  Result<std::string_view> prepare_body(std::string_view data, bool end_stream,
+                                        std::string& framed) {
     if (reset_) return unavailable("exchange was reset");
     if (!headers_sent_) return failed_precondition("write before response headers");
     if (ended_) return failed_precondition("write after end of response");
-    std::string out;
+    std::string_view out;
     switch (framing_) {
       case Framing::kNone:
         break;  // HEAD, 204, 304: the body is not sent
@@ -636,17 +644,18 @@ class H1Exchange final : public ServerRequest {
           return failed_precondition(fmt::format(
               "{} body bytes exceed the {} left of content-length", data.size(), remaining_));
         remaining_ -= data.size();
-        out.assign(data);
+        out = data;
         break;
       case Framing::kChunked:
-        append_chunk(out, data);
+        append_chunk(framed, data);
         if (end_stream) {
-          RETURN_IF_ERROR(append_last_chunk(out, {}));
+          RETURN_IF_ERROR(append_last_chunk(framed, {}));
           last_chunk_sent_ = true;
         }
+        out = framed;
         break;
       case Framing::kUntilClose:
-        out.assign(data);
+        out = data;
         break;
     }
     if (end_stream) ended_ = true;
