@@ -944,14 +944,14 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
   state::Store& store = *store_;
   auto built = co_await net::run_blocking(door_pool_, [&]() -> Result<Answer> {
     Answer a;
+    a.bytes.reserve(state::kMaxBatchAnswer);  // pages are touched only as items fill them
     for (size_t i = 0; i < keys.size() && (i == 0 || a.bytes.size() < state::kMaxBatchAnswer);
          ++i) {
-      auto item = store.get(keys[i]);
+      auto item = state::append_stored_item(a.bytes, store, keys[i]);
       if (item.ok()) {
         ++a.chunks;
-        a.chunk_bytes += item->size();
+        a.chunk_bytes += *item;
       }
-      state::append_batch_item(a.bytes, item);
     }
     return a;
   });

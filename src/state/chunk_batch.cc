@@ -63,6 +63,24 @@ void append_batch_item(std::string& out, const Result<std::string>& item) {
   out += message;
 }
 
+Result<size_t> append_stored_item(std::string& out, Store& store, std::string_view key) {
+  const size_t start = out.size();
+  out.append(kItemHeader, '\0');  // its size is known once the object is in
+  Status read = store.get_append(key, out);
+  if (!read.ok()) {
+    out.resize(start);
+    append_batch_item(out, read);
+    return read;
+  }
+  const size_t size = out.size() - start - kItemHeader;
+  CB_CHECK(size <= UINT32_MAX);
+  std::string header;
+  header += char(0);
+  put_u32le(header, uint32_t(size));
+  out.replace(start, kItemHeader, header);
+  return size;
+}
+
 Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view body, size_t asked) {
   std::vector<Result<std::string>> items;
   items.reserve(std::min(asked, kMaxBatchChunks));

@@ -21,6 +21,7 @@
 
 #include "base/result.h"
 #include "state/keys.h"
+#include "state/store.h"
 
 #include <cstddef>
 #include <span>
@@ -45,6 +46,11 @@ Result<std::vector<ChunkId>> decode_batch_ids(std::string_view body);
 // Appends one item of a get answer: |item|'s bytes, or its error (the message cut to
 // kMaxBatchMessage bytes).
 void append_batch_item(std::string& out, const Result<std::string>& item);
+
+// Appends one item of a get answer: the object |store| holds under |key|, read straight into
+// |out| (Store::get_append), or the error of that read. Returns the object's size, or the
+// error the item carries.
+Result<size_t> append_stored_item(std::string& out, Store& store, std::string_view key);
 
 // The items of a get answer to |asked| ids: each the object or the error the door gave for
 // it, for the first 1..|asked| ids (none when |asked| is 0).

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <memory>
 #include <set>
+#include <span>
 #include <string.h>
 #include <string>
 #include <sys/file.h>
@@ -177,7 +178,7 @@ Status pwrite_all(int fd, std::string_view data, uint64_t offset, const std::str
   return ok_status();
 }
 
-Status pread_exact(int fd, std::string& out, uint64_t offset, const std::string& path) {
+Status pread_exact(int fd, std::span<char> out, uint64_t offset, const std::string& path) {
   size_t got = 0;
   while (got < out.size()) {
     ssize_t n = ::pread(fd, out.data() + got, out.size() - got, off_t(offset + got));
@@ -707,16 +708,25 @@ Result<std::optional<FsStore::Loc>> FsStore::find_packed(std::string_view key, b
   return std::optional<Loc>(it->second);
 }
 
-Result<std::string> FsStore::read_packed(const Loc& loc) const {
+Status FsStore::read_packed(const Loc& loc, std::string& out) const {
   Fd fd(::open(loc.pack->path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return errno_status("open " + loc.pack->path, errno);
-  std::string out(size_t(loc.size), '\0');
-  RETURN_IF_ERROR(pread_exact(fd.get(), out, loc.offset, loc.pack->path));
+  const size_t start = out.size();
+  out.resize(start + size_t(loc.size));
+  Status read =
+      pread_exact(fd.get(), std::span<char>(out).subspan(start), loc.offset, loc.pack->path);
+  if (!read.ok()) out.resize(start);
+  return read;
+}
+
+Result<std::string> FsStore::get(std::string_view key) {
+  std::string out;
+  RETURN_IF_ERROR(get_append(key, out));
   return out;
 }
 
 // A file of the key, else its packed copy: a put() replaces what is there, packed or not.
-Result<std::string> FsStore::get(std::string_view key) {
+Status FsStore::get_append(std::string_view key, std::string& out) {
   RETURN_IF_ERROR(validate_key(key));
   const std::string path = (root_ / key).string();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -725,13 +735,15 @@ Result<std::string> FsStore::get(std::string_view key) {
   if (fd.get() >= 0 && S_ISREG(st.st_mode)) {
     // Objects are written to a temporary and renamed into place, never changed in place, so
     // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
-    std::string out(size_t(st.st_size), '\0');
-    Status read = pread_exact(fd.get(), out, 0, path);
+    const size_t start = out.size();
+    out.resize(start + size_t(st.st_size));
+    Status read = pread_exact(fd.get(), std::span<char>(out).subspan(start), 0, path);
     if (!read.ok()) {
+      out.resize(start);
       if (read.code() == Code::kDataLoss) return data_loss(path + ": shorter than its size");
       return read;
     }
-    return out;
+    return ok_status();
   }
   if (fd.get() < 0 && errno != ENOENT && errno != ENOTDIR) {
     return errno_status("open " + std::string(key), errno);
@@ -744,8 +756,8 @@ Result<std::string> FsStore::get(std::string_view key) {
       if (attempt > 0) break;
       continue;
     }
-    auto data = read_packed(*loc);
-    if (data.ok() || data.status().code() != Code::kNotFound) return data;
+    Status read = read_packed(*loc, out);
+    if (read.ok() || read.code() != Code::kNotFound) return read;
     // The pack went since its index was read: look again.
   }
   return not_found(std::string(key) + ": no such object");

@@ -85,6 +85,7 @@ class FsStore final : public Store {
   // 2 cores took 3.9-4.1 s with 3 or 4 put threads, 4.4-4.6 s with 8 (interleaved runs).
   int put_concurrency() const override;
   Result<std::string> get(std::string_view key) override;
+  Status get_append(std::string_view key, std::string& out) override;
   Result<uint64_t> stat(std::string_view key) override;
   Result<ListPage> list(std::string_view prefix, std::string_view start_after,
                         size_t limit = kDefaultListLimit) override;
@@ -124,7 +125,8 @@ class FsStore final : public Store {
   // Where |key| is packed, or nullopt; reads the folder again first when stale, and once
   // more on a miss if |force_on_miss|.
   Result<std::optional<Loc>> find_packed(std::string_view key, bool force_on_miss);
-  Result<std::string> read_packed(const Loc& loc) const;
+  // Appends the packed object at |loc| to |out|; on an error |out| is as it was.
+  Status read_packed(const Loc& loc, std::string& out) const;
 
   // Waits for p's writes, appends its index, syncs, renames it into its group's folder and
   // adds its keys to the group. Deletes the temporary on error.

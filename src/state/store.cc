@@ -2,6 +2,12 @@
 
 namespace cb::state {
 
+Status Store::get_append(std::string_view key, std::string& out) {
+  ASSIGN_OR_RETURN(std::string object, get(key));
+  out += object;
+  return ok_status();
+}
+
 std::vector<Result<std::string>> Store::get_many(std::span<const std::string> keys) {
   std::vector<Result<std::string>> out;
   out.reserve(keys.size());

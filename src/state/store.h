@@ -71,6 +71,11 @@ class Store {
   // Errors: kNotFound if there is none; kInvalidArgument for a bad key; backend errors.
   virtual Result<std::string> get(std::string_view key) = 0;
 
+  // Appends the object under |key| to |out|; on an error |out| is as it was. Errors as get().
+  // A store that can read into |out| itself overrides this (FsStore: the api's door builds
+  // a batch answer of many chunks without a copy of each); the default appends get()'s.
+  virtual Status get_append(std::string_view key, std::string& out);
+
   // The objects under |keys|, in order: each one the object or the error get() gives for it.
   // A store that fetches many objects in one round trip overrides this (the agent's store
   // over the api's door, README.md §Chunk batches); the default calls get() for each.

@@ -1,5 +1,8 @@
 #include "state/chunk_batch.h"
 
+#include "state/fs_store.h"
+#include "support/temp_dir.h"
+
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -71,6 +74,32 @@ TEST_CASE("chunk batch: a get answer carries objects and per-chunk errors in ord
   long_error += std::string(n, 'e');
   CHECK(decode_batch_items(long_error, 1).status().code() == Code::kUnavailable);
   CHECK(decode_batch_items("", 0).ok());
+}
+
+// The api's door builds its answers with append_stored_item(): each object read straight into
+// the answer, from a file or a pack, or the error of its read.
+TEST_CASE("chunk batch: stored objects are read into the answer; a failed read is its item",
+          "[state][unit]") {
+  test::TempDir dir;
+  FsStore::Options options;
+  options.sync = false;
+  auto store = std::move(FsStore::open(dir.path() / "store", options)).value();
+  REQUIRE(store->put("u/chunks/ab/file", "a file's object").ok());
+  REQUIRE(store->put_deferred("u/chunks/cd/packed", "a packed object").ok());
+  REQUIRE(store->sync().ok());
+  std::string answer;
+  CHECK(append_stored_item(answer, *store, "u/chunks/ab/file").value() == 15);
+  auto missing = append_stored_item(answer, *store, "u/chunks/ef/none");
+  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK(append_stored_item(answer, *store, "u/chunks/cd/packed").value() == 15);
+  CHECK(append_stored_item(answer, *store, "../bad").status().code() == Code::kInvalidArgument);
+  auto items = decode_batch_items(answer, 4);
+  REQUIRE(items.ok());
+  REQUIRE(items->size() == 4);
+  CHECK((*items)[0].value() == "a file's object");
+  CHECK((*items)[1].status() == missing.status());
+  CHECK((*items)[2].value() == "a packed object");
+  CHECK((*items)[3].status().code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("chunk batch: a put request's chunks decode as views of the body", "[state][unit]") {

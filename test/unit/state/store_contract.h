@@ -39,6 +39,13 @@ inline void check_store_contract(Store& store) {
   CHECK(*store.get("contract/empty") == "");
   CHECK(*store.stat("contract/empty") == 0);
   CHECK(store.get("contract/u/none").status().code() == Code::kNotFound);
+  // get_append: the object after what |out| holds; on an error |out| is as it was.
+  std::string out = "before:";
+  REQUIRE(store.get_append("contract/u/chunks/ab/abc", out).ok());
+  CHECK(out == "before:" + big);
+  CHECK(store.get_append("contract/u/none", out).code() == Code::kNotFound);
+  CHECK(store.get_append("../escape", out).code() == Code::kInvalidArgument);
+  CHECK(out == "before:" + big);
   CHECK(store.stat("contract/u/none").status().code() == Code::kNotFound);
   CHECK(store.put("../escape", "x").code() == Code::kInvalidArgument);
   CHECK(store.get("/etc/passwd").status().code() == Code::kInvalidArgument);
