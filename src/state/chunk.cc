@@ -81,12 +81,13 @@ Result<std::string> open_chunk(const StateKeys& keys, const ChunkId& id, std::st
 }
 
 Status check_chunk_ids(const StateKeys& keys, std::span<const ChunkId> ids,
-                       std::span<const std::span<const uint8_t>> plaintexts) {
+                       std::span<const std::span<const uint8_t>> plaintexts, size_t* first_bad) {
   CB_CHECK(ids.size() == plaintexts.size());
   std::vector<ChunkId> actual(ids.size());
   keys.chunk_ids(plaintexts, actual);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (actual[i] != ids[i]) {
+      if (first_bad != nullptr) *first_bad = i;
       return data_loss("chunk " + ids[i].hex() + ": content does not match its id");
     }
   }

@@ -49,10 +49,12 @@ Result<std::string> open_chunk_unchecked(const StateKeys& keys, const ChunkId& i
 
 // The check open_chunk_unchecked() leaves out, for several chunks at once: ok if
 // keys.chunk_id(plaintexts[i]) == ids[i] for every i, else kDataLoss "chunk <id hex>:
-// content does not match its id" for the first that differs.
+// content does not match its id" for the first that differs, whose index goes to |first_bad|
+// when given.
 // REQUIRES: ids.size() == plaintexts.size().
 Status check_chunk_ids(const StateKeys& keys, std::span<const ChunkId> ids,
-                       std::span<const std::span<const uint8_t>> plaintexts);
+                       std::span<const std::span<const uint8_t>> plaintexts,
+                       size_t* first_bad = nullptr);
 
 // The additional data a chunk is sealed with: "chunk/" + id.hex().
 std::string chunk_additional_data(const ChunkId& id);

@@ -534,6 +534,35 @@ TEST_CASE("restore: the chunks of small files are fetched 16 at a time across fi
           std::string::npos);
     CHECK(!std::filesystem::exists(o.target));
   }
+
+  // A task checks the ids of all its files' chunks at once: other bytes sealed under f03's id
+  // (earlier than f05, in the same task) are the error, naming f03; under f07's id (later
+  // than f05), f05's is.
+  for (int file : {3, 7}) {
+    const Entry* e = saved->manifest.find(fmt::format("home/user/small/f{:02}", file));
+    REQUIRE(e != nullptr);
+    const std::string key = chunk_key("u1", e->chunks[0].id);
+    const std::string original = *w.store->get(key);
+    const std::string other(e->chunks[0].size, 'x');
+    REQUIRE(w.store->put(key, seal_chunk(w.keys, e->chunks[0].id, crypto::byte_view(other))).ok());
+    for (int threads : {1, 4}) {
+      INFO("file f" << file << ", fetch threads " << threads);
+      RestoreOptions o = w.restore_options(fmt::format("mismatch{}-{}", file, threads), threads);
+      auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+      REQUIRE(!done.ok());
+      CHECK(done.status().code() == Code::kDataLoss);
+      const std::string message(done.status().message());
+      if (file == 3) {
+        CHECK(message.find("file home/user/small/f03: chunk " + e->chunks[0].id.hex() +
+                           ": content does not match its id") != std::string::npos);
+      } else {
+        CHECK(message.find("home/user/small/f05: chunk " + f05->chunks[0].id.hex() + ": missing") !=
+              std::string::npos);
+      }
+      CHECK(!std::filesystem::exists(o.target));
+    }
+    REQUIRE(w.store->put(key, original).ok());
+  }
   w.check_no_restore_leftovers();
 }
 
