@@ -944,7 +944,10 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
   state::Store& store = *store_;
   auto built = co_await net::run_blocking(door_pool_, [&]() -> Result<Answer> {
     Answer a;
-    a.bytes.reserve(state::kMaxBatchAnswer);  // pages are touched only as items fill them
+    // Room for the item that crosses the cap too (chunks are at most 256 KiB at the default
+    // chunker parameters), so the answer is never moved; pages are touched only as items fill
+    // them.
+    a.bytes.reserve(state::kMaxBatchAnswer + (1u << 20));
     for (size_t i = 0; i < keys.size() && (i == 0 || a.bytes.size() < state::kMaxBatchAnswer);
          ++i) {
       auto item = state::append_stored_item(a.bytes, store, keys[i]);

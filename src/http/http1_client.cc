@@ -16,9 +16,10 @@ constexpr size_t kReadSize = 16 * 1024;
 // While request() reads a large body of a declared length: fewer system calls and parser
 // steps per MiB (a box's restore reads 8 MiB chunk batches from the door's unix socket).
 constexpr size_t kLargeReadSize = 256 * 1024;
-// request() grows its body to the declared length once, up to this much; beyond, it grows as
-// the bytes come (the length is the server's word, not yet backed by bytes).
-constexpr uint64_t kMaxBodyReserve = 64u << 20;
+// request() grows its body to the declared length once, up to this much (a door's chunk batch
+// answer, 8 MiB and its last chunk); beyond, it grows as the bytes come: the length is the
+// server's word, not yet backed by bytes.
+constexpr uint64_t kMaxBodyReserve = 16u << 20;
 
 bool iequals(std::string_view a, std::string_view b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
@@ -218,7 +219,7 @@ asio::awaitable<Status> Http1Client::send_head(std::string method, std::string t
   response_expected_ = true;
   head_.reset();
   head_returned_ = false;
-  body_.clear();
+  body_ = std::string();  // not clear(): a failed request may have left a large reservation
   message_complete_ = false;
   trailers_.clear();
   interim_ = false;
@@ -354,14 +355,12 @@ asio::awaitable<Result<Http1Response>> Http1Client::request(std::string method, 
   if (!head.ok()) co_return head.status();
   Http1Response response = std::move(*head);
   // The whole body gathers in body_ (on_body appends), grown once to a declared length, and
-  // is moved out at the end: no copy per piece.
-  if (const std::string* cl = find_header(response.headers, "content-length")) {
-    uint64_t length = 0;
-    auto [p, ec] = std::from_chars(cl->data(), cl->data() + cl->size(), length);
-    if (ec == std::errc() && p == cl->data() + cl->size()) {
-      body_.reserve(size_t(std::min(length, kMaxBodyReserve)));
-      if (length >= kLargeReadSize) read_size_ = kLargeReadSize;
-    }
+  // is moved out at the end: no copy per piece. Only for a body still to come: a response to
+  // HEAD, a 204 or a 304 may declare a length it does not carry.
+  if (!message_complete_ && head_ && head_->content_length) {
+    const uint64_t length = *head_->content_length;
+    body_.reserve(size_t(std::min(length, kMaxBodyReserve)));
+    if (length >= kLargeReadSize) read_size_ = kLargeReadSize;
   }
   while (!message_complete_) {
     Status st = co_await pump(deadline);

@@ -216,6 +216,9 @@ class H1Connection final : public Http1RequestVisitor {
   asio::awaitable<Result<bool>> next_request(net::Deadline deadline) {
     head_.reset();
     body_.clear();
+    // Between requests a connection keeps no more than a read's worth: a large body grew raw_
+    // up to the read-ahead, and a keep-alive connection may idle for a minute.
+    if (raw_.empty() && raw_.capacity() > kReadSize) raw_ = std::string();
     message_complete_ = false;
     for (;;) {
       if (parser_.done()) co_return false;

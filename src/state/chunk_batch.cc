@@ -74,10 +74,8 @@ Result<size_t> append_stored_item(std::string& out, Store& store, std::string_vi
   }
   const size_t size = out.size() - start - kItemHeader;
   CB_CHECK(size <= UINT32_MAX);
-  std::string header;
-  header += char(0);
-  put_u32le(header, uint32_t(size));
-  out.replace(start, kItemHeader, header);
+  out[start] = char(0);
+  put_u32le(out.data() + start + 1, uint32_t(size));
   return size;
 }
 

@@ -31,8 +31,13 @@ inline void put_bytes(std::string& out, std::string_view s) {
 }
 
 // Fixed-width little-endian, for sizes that precede their bytes (pack footers, chunk batches).
+inline void put_u32le(char* at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) at[i] = char(uint8_t(v >> (8 * i)));
+}
 inline void put_u32le(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out += char(uint8_t(v >> (8 * i)));
+  const size_t at = out.size();
+  out.resize(at + 4);
+  put_u32le(out.data() + at, v);
 }
 
 // REQUIRES: |at| holds at least 4 bytes.

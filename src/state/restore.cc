@@ -479,8 +479,9 @@ class Restorer {
         chunks_fetched_.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    size_t mismatch = 0;
+    size_t mismatch = SIZE_MAX;
     if (Status s = check_chunk_ids(keys_, ids, views, &mismatch); !s.ok()) {
+      CB_CHECK(mismatch < ids.size());
       size_t k = 0;  // the range of chunk |mismatch|
       for (size_t before = 0; before + (task.ranges[k].end - task.ranges[k].first) <= mismatch; ++k)
         before += task.ranges[k].end - task.ranges[k].first;

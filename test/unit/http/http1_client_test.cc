@@ -151,9 +151,9 @@ TEST_CASE("Http1Client: reads content-length, chunked and close-delimited bodies
   CHECK(seen.find("/d") == std::string::npos);
 }
 
-// request() reads a large declared body with large reads into a buffer it reuses: bytes
-// after one response (the next response's head, sent in the same write) and a head larger
-// than a read must survive the buffer's moves.
+// request() reads a large declared body with large reads into a buffer it reuses: the bytes
+// after one response (the start of the next one's head, sent in the same write) and a head
+// larger than a read (the buffer grows) must come through whole.
 TEST_CASE("Http1Client: a large body, bytes after it, and a head larger than a read",
           "[http][unit]") {
   std::string big(3 * 1024 * 1024 + 7, '\0');
@@ -186,7 +186,9 @@ TEST_CASE("Http1Client: a large body, bytes after it, and a head larger than a r
         CHECK(b->body == "ok");
         auto c = co_await client.request("GET", "/head", {}, "", net::after(5s));
         REQUIRE(c.ok());
-        CHECK(*find_header(c->headers, "x-big") == value);
+        const std::string* big_field = find_header(c->headers, "x-big");
+        REQUIRE(big_field != nullptr);
+        CHECK(*big_field == value);
         CHECK(c->body == "end");
       });
 }

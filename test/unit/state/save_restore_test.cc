@@ -470,9 +470,10 @@ class BatchCountingStore final : public Store {
 // Small files share a task: their chunks are fetched with one get_many() of 16, so a store
 // over a network (the agent's over the api's door) makes a round trip per 16 chunks, not per
 // file. A bad chunk inside such a batch still names its own file.
-TEST_CASE("restore: the chunks of small files are fetched 16 at a time across files",
-          "[state][unit]") {
-  World w;
+// 40 one-chunk files, small/f00..f39, then small/zbig of more than 16 chunks: in manifest
+// order, the restore's tasks are f00-f15, f16-f31, f32-f39 with zbig's first 8 chunks, then
+// the rest of zbig.
+Result<SaveResult> save_small_files(World& w) {
   std::filesystem::create_directories(w.home());
   for (int i = 0; i < 40; ++i) {
     write_file(w.home() / fmt::format("small/f{:02}", i), noise(200 + size_t(i), 100 + i),
@@ -481,7 +482,13 @@ TEST_CASE("restore: the chunks of small files are fetched 16 at a time across fi
   write_file(w.home() / "small/zbig", noise(60000, 9), kOldMtimeNs + 50);
   test_util::set_mtime(w.home() / "small", kOldMtimeNs + 300);
   test_util::set_mtime(w.home(), kOldMtimeNs + 300);
-  auto saved = w.save();
+  return w.save();
+}
+
+TEST_CASE("restore: the chunks of small files are fetched 16 at a time across files",
+          "[state][unit]") {
+  World w;
+  auto saved = save_small_files(w);
   REQUIRE(saved.ok());
   size_t chunks = 0;
   for (const Entry& e : saved->manifest.entries) chunks += e.chunks.size();
@@ -535,33 +542,57 @@ TEST_CASE("restore: the chunks of small files are fetched 16 at a time across fi
     CHECK(!std::filesystem::exists(o.target));
   }
 
-  // A task checks the ids of all its files' chunks at once: other bytes sealed under f03's id
-  // (earlier than f05, in the same task) are the error, naming f03; under f07's id (later
-  // than f05), f05's is.
-  for (int file : {3, 7}) {
-    const Entry* e = saved->manifest.find(fmt::format("home/user/small/f{:02}", file));
-    REQUIRE(e != nullptr);
-    const std::string key = chunk_key("u1", e->chunks[0].id);
-    const std::string original = *w.store->get(key);
-    const std::string other(e->chunks[0].size, 'x');
-    REQUIRE(w.store->put(key, seal_chunk(w.keys, e->chunks[0].id, crypto::byte_view(other))).ok());
-    for (int threads : {1, 4}) {
-      INFO("file f" << file << ", fetch threads " << threads);
-      RestoreOptions o = w.restore_options(fmt::format("mismatch{}-{}", file, threads), threads);
-      auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
-      REQUIRE(!done.ok());
-      CHECK(done.status().code() == Code::kDataLoss);
-      const std::string message(done.status().message());
-      if (file == 3) {
-        CHECK(message.find("file home/user/small/f03: chunk " + e->chunks[0].id.hex() +
-                           ": content does not match its id") != std::string::npos);
-      } else {
-        CHECK(message.find("home/user/small/f05: chunk " + f05->chunks[0].id.hex() + ": missing") !=
-              std::string::npos);
-      }
-      CHECK(!std::filesystem::exists(o.target));
-    }
-    REQUIRE(w.store->put(key, original).ok());
+  w.check_no_restore_leftovers();
+}
+
+// A task checks the ids of all its chunks at once, across its files; the error is still the
+// first bad chunk in manifest order, and an open error beats a mismatch later in its range.
+TEST_CASE("restore: a task's chunk ids are checked together; the first bad one is the error",
+          "[state][unit]") {
+  World w;
+  auto saved = save_small_files(w);
+  REQUIRE(saved.ok());
+  const Entry* f33 = saved->manifest.find("home/user/small/f33");
+  const Entry* big = saved->manifest.find("home/user/small/zbig");
+  REQUIRE(f33 != nullptr);
+  REQUIRE(big != nullptr);
+  REQUIRE(big->chunks.size() > 16);
+  auto reseal = [&](const ChunkRef& c) {  // other bytes sealed under |c|'s id
+    const std::string other(c.size, 'x');
+    REQUIRE(w.store->put(chunk_key("u1", c.id), seal_chunk(w.keys, c.id, crypto::byte_view(other)))
+                .ok());
+  };
+  auto remove = [&](const ChunkRef& c) {
+    std::vector<std::string> gone = {chunk_key("u1", c.id)};
+    REQUIRE(w.store->delete_batch(gone).ok());
+  };
+  std::string expected;
+  SECTION("a mismatch in zbig's range of a task shared with f32-f39 names zbig") {
+    reseal(big->chunks[3]);
+    expected = "home/user/small/zbig: chunk " + big->chunks[3].id.hex() +
+               ": content does not match its id";
+  }
+  SECTION("a mismatch in f33 beats a missing chunk of zbig in the same task") {
+    reseal(f33->chunks[0]);
+    remove(big->chunks[1]);
+    expected =
+        "home/user/small/f33: chunk " + f33->chunks[0].id.hex() + ": content does not match its id";
+  }
+  SECTION(
+      "in one range, a missing chunk beats a mismatch before it, as when ranges were checked "
+      "alone") {
+    reseal(big->chunks[2]);
+    remove(big->chunks[5]);
+    expected = "home/user/small/zbig: chunk " + big->chunks[5].id.hex() + ": missing";
+  }
+  for (int threads : {1, 4}) {
+    INFO("fetch threads " << threads);
+    RestoreOptions o = w.restore_options("t" + std::to_string(threads), threads);
+    auto done = restore_snapshot(*w.store, w.keys, "u1", saved->manifest, o, w.random);
+    REQUIRE(!done.ok());
+    CHECK(done.status().code() == Code::kDataLoss);
+    CHECK(std::string(done.status().message()).find(expected) != std::string::npos);
+    CHECK(!std::filesystem::exists(o.target));
   }
   w.check_no_restore_leftovers();
 }
