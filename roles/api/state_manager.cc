@@ -944,9 +944,9 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
   state::Store& store = *store_;
   auto built = co_await net::run_blocking(door_pool_, [&]() -> Result<Answer> {
     Answer a;
-    // Room for the item that crosses the cap too (chunks are at most 256 KiB at the default
-    // chunker parameters), so the answer is never moved; pages are touched only as items fill
-    // them.
+    // Room for the item that crosses the cap too, so that at the default chunker parameters
+    // (chunks of at most 256 KiB) the answer never moves; pages are touched only as items
+    // fill them.
     a.bytes.reserve(state::kMaxBatchAnswer + (1u << 20));
     for (size_t i = 0; i < keys.size() && (i == 0 || a.bytes.size() < state::kMaxBatchAnswer);
          ++i) {

@@ -13,8 +13,8 @@ namespace {
 
 // 16 KiB per read: one TLS record.
 constexpr size_t kReadSize = 16 * 1024;
-// While request() reads a large body of a declared length: fewer system calls and parser
-// steps per MiB (a box's restore reads 8 MiB chunk batches from the door's unix socket).
+// While request() reads a large body of a declared length: a box's restore reads 8 MiB chunk
+// batches from the door's unix socket, 32 reads and parser steps each at 256 KiB.
 constexpr size_t kLargeReadSize = 256 * 1024;
 // request() grows its body to the declared length once, up to this much (a door's chunk batch
 // answer, 8 MiB and its last chunk); beyond, it grows as the bytes come: the length is the
@@ -219,7 +219,13 @@ asio::awaitable<Status> Http1Client::send_head(std::string method, std::string t
   response_expected_ = true;
   head_.reset();
   head_returned_ = false;
-  body_ = std::string();  // not clear(): a failed request may have left a large reservation
+  body_.clear();
+  // A large response grew the read buffer; an idle kept connection gives that back. No read
+  // is under way here: the previous exchange is finished.
+  if (raw_begin_ == raw_end_ && raw_cap_ > kReadSize) {
+    raw_.reset();
+    raw_cap_ = raw_begin_ = raw_end_ = 0;
+  }
   message_complete_ = false;
   trailers_.clear();
   interim_ = false;

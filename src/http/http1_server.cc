@@ -31,10 +31,12 @@ namespace cb::http {
 
 namespace {
 
-// 64 KiB: a TLS read returns one record (16 KiB) at most, but a plaintext socket (a box's
-// door, a unix socket) returns what has arrived, and a large request body (a save's chunk
-// batches, 16 MiB each) then takes a quarter of the reads and handler wake-ups.
-constexpr size_t kReadSize = 64 * 1024;
+// Bytes a read asks for. A TLS read returns one record (16 KiB) at most, so more would only
+// hold memory. A plaintext socket (a box's door is a unix socket) returns what has arrived:
+// a save's 16 MiB chunk batches take 256 reads and handler wake-ups each at 64 KiB, where
+// 16 KiB took 1024.
+constexpr size_t kTlsReadSize = 16 * 1024;
+constexpr size_t kPlainReadSize = 64 * 1024;
 // Unparsed bytes buffered ahead of the parser (pipelined requests, body not yet read). The
 // reader stops here until the handler consumes; that is the per-connection memory bound.
 constexpr size_t kReadAhead = 256 * 1024;
@@ -180,6 +182,7 @@ class H1Connection final : public Http1RequestVisitor {
     unregister_ = nullptr;
   }
   bool tls() const { return tls_; }
+  size_t read_size() const { return tls_ ? kTlsReadSize : kPlainReadSize; }
   const std::string& peer() const { return peer_; }
   bool message_complete() const { return message_complete_; }
   bool parser_done() const { return parser_.done(); }
@@ -216,9 +219,9 @@ class H1Connection final : public Http1RequestVisitor {
   asio::awaitable<Result<bool>> next_request(net::Deadline deadline) {
     head_.reset();
     body_.clear();
-    // Between requests a connection keeps no more than a read's worth: a large body grew raw_
-    // up to the read-ahead, and a keep-alive connection may idle for a minute.
-    if (raw_.empty() && raw_.capacity() > kReadSize) raw_ = std::string();
+    // A large body grew raw_ up to the read-ahead; between requests (a keep-alive connection
+    // may idle for a minute) an empty raw_ gives that back.
+    if (raw_.empty() && raw_.capacity() > read_size()) raw_ = std::string();
     message_complete_ = false;
     for (;;) {
       if (parser_.done()) co_return false;
@@ -258,7 +261,7 @@ class H1Connection final : public Http1RequestVisitor {
         continue;
       }
       // The reader is stopped (upgrade request, see serve_h1): the handler is the only reader.
-      std::vector<char> buf(kReadSize);
+      std::vector<char> buf(read_size());
       auto n = co_await stream_.inner().read_some(buf);
       if (!n.ok()) {
         in_status_ = n.status();
@@ -350,7 +353,7 @@ class H1Connection final : public Http1RequestVisitor {
                                             deadline, "shutdown");
     // TLS: the shutdown above already waited for the peer's close_notify (or failed).
     if (shut.ok() && !tls_ && in_status_.ok()) {
-      std::vector<char> buf(kReadSize);
+      std::vector<char> buf(read_size());
       size_t total = 0;
       while (total < kMaxLingerBytes) {
         auto n = co_await net::with_deadline(stream_.inner().read_some(buf), deadline, "linger");
@@ -391,7 +394,7 @@ class H1Connection final : public Http1RequestVisitor {
 
   asio::awaitable<void> reader_loop() {
     co_await asio::this_coro::throw_if_cancelled(false);
-    std::vector<char> buf(kReadSize);
+    std::vector<char> buf(read_size());
     for (;;) {
       auto state = co_await asio::this_coro::cancellation_state;
       if (state.cancelled() != asio::cancellation_type::none) co_return;

@@ -36,6 +36,8 @@ class ServerRequest {
   // Errors: kFailedPrecondition (already sent), kUnavailable.
   virtual asio::awaitable<Status> send_headers(int status, const Headers& headers,
                                                bool end_stream) = 0;
+  // Sends |data| as body bytes. |data| must stay alive until the returned awaitable
+  // completes (HTTP/1.1 writes it from there without a copy).
   virtual asio::awaitable<Status> write(std::string_view data, bool end_stream) = 0;
   // Ends the response with trailing fields (HTTP/1.1: in the last chunk, which requires a
   // chunked response: kFailedPrecondition otherwise).

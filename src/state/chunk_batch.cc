@@ -73,7 +73,12 @@ Result<size_t> append_stored_item(std::string& out, Store& store, std::string_vi
     return read;
   }
   const size_t size = out.size() - start - kItemHeader;
-  CB_CHECK(size <= UINT32_MAX);
+  if (size > UINT32_MAX) {  // a file in the store's folder, not an object a save wrote
+    out.resize(start);
+    Status too_large = data_loss(fmt::format("{}: {} bytes, more than an item holds", key, size));
+    append_batch_item(out, too_large);
+    return too_large;
+  }
   out[start] = char(0);
   put_u32le(out.data() + start + 1, uint32_t(size));
   return size;

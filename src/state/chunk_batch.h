@@ -17,7 +17,7 @@
 // The decoders read bytes from the other side of a socket (test/fuzz/chunk_batch_fuzz.cc):
 // anything malformed is an error naming what is wrong, never a read outside the input.
 //
-// Thread-safety: free functions.
+// Thread-safety: free functions; append_stored_item() is as thread-safe as its Store.
 
 #include "base/result.h"
 #include "state/keys.h"

@@ -443,9 +443,10 @@ class Restorer {
   }
 
   // Fetches the task's chunks with one get_many(), opens them all, checks every id at once
-  // (side by side in SIMD lanes: a task of 16 one-chunk files hashes 4 at a time, where a
-  // check per file hashed one), then writes the ranges in order. On error sets |failed| to
-  // the first failing range's position; the ranges before it are written, the others not.
+  // (side by side in SIMD lanes, 4 or 8 with AVX2 or AVX-512: most files are one chunk, so a
+  // check per file would hash one at a time), then writes the ranges in order. Opening stops
+  // at the first chunk that fails to open; a mismatch in an earlier range wins over it. On
+  // error sets |failed| to the failing range's position; the ranges before it are written.
   Status run(const WriteTask& task, Position* failed) {
     std::vector<std::string> keys;
     keys.reserve(task.chunks);

@@ -467,9 +467,6 @@ class BatchCountingStore final : public Store {
   std::atomic<int> singles_{0};
 };
 
-// Small files share a task: their chunks are fetched with one get_many() of 16, so a store
-// over a network (the agent's over the api's door) makes a round trip per 16 chunks, not per
-// file. A bad chunk inside such a batch still names its own file.
 // 40 one-chunk files, small/f00..f39, then small/zbig of more than 16 chunks: in manifest
 // order, the restore's tasks are f00-f15, f16-f31, f32-f39 with zbig's first 8 chunks, then
 // the rest of zbig.
@@ -485,6 +482,9 @@ Result<SaveResult> save_small_files(World& w) {
   return w.save();
 }
 
+// Small files share a task: their chunks are fetched with one get_many() of 16, so a store
+// over a network (the agent's over the api's door) makes a round trip per 16 chunks, not per
+// file. A bad chunk inside such a batch still names its own file.
 TEST_CASE("restore: the chunks of small files are fetched 16 at a time across files",
           "[state][unit]") {
   World w;
@@ -545,9 +545,11 @@ TEST_CASE("restore: the chunks of small files are fetched 16 at a time across fi
   w.check_no_restore_leftovers();
 }
 
-// A task checks the ids of all its chunks at once, across its files; the error is still the
-// first bad chunk in manifest order, and an open error beats a mismatch later in its range.
-TEST_CASE("restore: a task's chunk ids are checked together; the first bad one is the error",
+// A task checks the ids of all its chunks at once, across its files; the error is the one of
+// the first failing range in manifest order. Within one range, a chunk that fails to open is
+// the error even after a mismatch before it: every chunk of a range opens before its ids
+// are checked.
+TEST_CASE("restore: a task's chunk ids are checked together; the first failing range is the error",
           "[state][unit]") {
   World w;
   auto saved = save_small_files(w);
@@ -578,9 +580,7 @@ TEST_CASE("restore: a task's chunk ids are checked together; the first bad one i
     expected =
         "home/user/small/f33: chunk " + f33->chunks[0].id.hex() + ": content does not match its id";
   }
-  SECTION(
-      "in one range, a missing chunk beats a mismatch before it, as when ranges were checked "
-      "alone") {
+  SECTION("in one range, a missing chunk is the error even after a mismatch before it") {
     reseal(big->chunks[2]);
     remove(big->chunks[5]);
     expected = "home/user/small/zbig: chunk " + big->chunks[5].id.hex() + ": missing";
