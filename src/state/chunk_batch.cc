@@ -67,17 +67,13 @@ Result<size_t> append_stored_item(std::string& out, Store& store, std::string_vi
   const size_t start = out.size();
   out.append(kItemHeader, '\0');  // its size is known once the object is in
   Status read = store.get_append(key, out);
+  const size_t size = out.size() - start - kItemHeader;  // 0 after an error
+  if (read.ok() && size > UINT32_MAX)  // a file in the store's folder, not an object a save wrote
+    read = data_loss(fmt::format("{}: {} bytes, more than an item holds", key, size));
   if (!read.ok()) {
     out.resize(start);
     append_batch_item(out, read);
     return read;
-  }
-  const size_t size = out.size() - start - kItemHeader;
-  if (size > UINT32_MAX) {  // a file in the store's folder, not an object a save wrote
-    out.resize(start);
-    Status too_large = data_loss(fmt::format("{}: {} bytes, more than an item holds", key, size));
-    append_batch_item(out, too_large);
-    return too_large;
   }
   out[start] = char(0);
   put_u32le(out.data() + start + 1, uint32_t(size));

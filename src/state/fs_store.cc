@@ -192,6 +192,17 @@ Status pread_exact(int fd, std::span<char> out, uint64_t offset, const std::stri
   return ok_status();
 }
 
+// Appends |size| bytes of |fd| at |offset| to |out|, read straight into it; on an error |out|
+// is as it was.
+Status pread_append(int fd, uint64_t size, uint64_t offset, const std::string& path,
+                    std::string& out) {
+  const size_t start = out.size();
+  out.resize(start + size_t(size));
+  Status read = pread_exact(fd, std::span<char>(out).subspan(start), offset, path);
+  if (!read.ok()) out.resize(start);
+  return read;
+}
+
 std::string_view first_segment(std::string_view key) { return key.substr(0, key.find('/')); }
 
 // A folder's change stamp. A change after the stamp was taken gives it another mtime unless
@@ -711,12 +722,7 @@ Result<std::optional<FsStore::Loc>> FsStore::find_packed(std::string_view key, b
 Status FsStore::read_packed(const Loc& loc, std::string& out) const {
   Fd fd(::open(loc.pack->path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return errno_status("open " + loc.pack->path, errno);
-  const size_t start = out.size();
-  out.resize(start + size_t(loc.size));
-  Status read =
-      pread_exact(fd.get(), std::span<char>(out).subspan(start), loc.offset, loc.pack->path);
-  if (!read.ok()) out.resize(start);
-  return read;
+  return pread_append(fd.get(), loc.size, loc.offset, loc.pack->path, out);
 }
 
 Result<std::string> FsStore::get(std::string_view key) {
@@ -735,15 +741,9 @@ Status FsStore::get_append(std::string_view key, std::string& out) {
   if (fd.get() >= 0 && S_ISREG(st.st_mode)) {
     // Objects are written to a temporary and renamed into place, never changed in place, so
     // the open file keeps the size fstat() saw: read exactly that, without a read() for EOF.
-    const size_t start = out.size();
-    out.resize(start + size_t(st.st_size));
-    Status read = pread_exact(fd.get(), std::span<char>(out).subspan(start), 0, path);
-    if (!read.ok()) {
-      out.resize(start);
-      if (read.code() == Code::kDataLoss) return data_loss(path + ": shorter than its size");
-      return read;
-    }
-    return ok_status();
+    Status read = pread_append(fd.get(), uint64_t(st.st_size), 0, path, out);
+    if (read.code() == Code::kDataLoss) return data_loss(path + ": shorter than its size");
+    return read;
   }
   if (fd.get() < 0 && errno != ENOENT && errno != ENOTDIR) {
     return errno_status("open " + std::string(key), errno);
