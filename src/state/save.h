@@ -81,7 +81,7 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // add() may run on several threads at once (ScanOptions::read_threads). The known-check and
 // the stat run on the calling thread. With put_threads <= 1 the sealing
 // and the put do too; with put_threads > 1 the sink copies each new chunk's plaintext into a
-// queue (at most 2 * put_threads chunks; add() waits for room) and that many threads of the
+// queue (at most 8 * put_threads chunks; add() waits for room) and that many threads of the
 // sink's own compress, seal and put them, so sealing — most of a save's CPU — no longer runs
 // on the scanning thread. finish() waits for every put:
 // every chunk added is stored only once it returned ok, so call it before committing.

@@ -70,9 +70,10 @@ class Scanner {
           ChunkSink& sink)
       : options_(options), previous_(previous), keys_(keys), sink_(sink) {
     if (options_.read_threads > 1) {
-      // At most 2n files wait, so the walk keeps that many open ahead of the readers.
+      // At most 8n files wait, open, ahead of the readers: the walk queues several in a row
+      // and sleeps once for them, where with 2n it slept and woke at almost every file.
       readers_ = std::make_unique<internal::Workers<FileJob>>(
-          options_.read_threads, size_t(options_.read_threads) * 2,
+          options_.read_threads, size_t(options_.read_threads) * 8,
           [this](FileJob& job) { return read_file(job); });
     }
   }
