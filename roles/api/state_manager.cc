@@ -180,7 +180,7 @@ void StateManager::stop() { stopping_ = true; }
 
 StateManager::TicketGuard StateManager::issue_ticket(const std::string& box_id,
                                                      const std::string& user, bool restore,
-                                                     std::set<std::string> allowed) {
+                                                     ChunkIds allowed) {
   Ticket t;
   t.box_id = box_id;
   t.user = user;
@@ -304,7 +304,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     parent = std::move(*m);
   }
 
-  const TicketGuard guard = issue_ticket(box_id, user, false, std::set<std::string>());
+  const TicketGuard guard = issue_ticket(box_id, user, false, ChunkIds());
   const std::string& ticket = guard.id();
 
   av1::SaveRequest req;
@@ -356,7 +356,7 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
     ++counters_.saves_failed;
     co_return internal_error("box agent: the save ended without a result");
   }
-  std::set<std::string> uploaded = tickets_[ticket].put;
+  const ChunkIds uploaded = tickets_[ticket].put;
   const uint64_t relayed = tickets_[ticket].relayed_bytes;
 
   // Commit: decode and check, verify the chunks the agent was told to upload, then the
@@ -377,11 +377,10 @@ asio::awaitable<Result<SaveOutcome>> StateManager::save_over(
       }
       log::info("box changed since its last save", {{"box", box_id}, {"first", differs}});
     }
-    for (const auto& hex : uploaded) {
-      ASSIGN_OR_RETURN(state::ChunkId id, state::ChunkId::from_hex(hex));
+    for (const state::ChunkId& id : uploaded) {
       auto size = store.stat(state::chunk_key(user, id));
       if (!size.ok())
-        return data_loss(fmt::format("chunk {}: announced for upload but not stored: {}", hex,
+        return data_loss(fmt::format("chunk {}: announced for upload but not stored: {}", id.hex(),
                                      size.status().message()));
     }
     state::Record record;
@@ -542,7 +541,7 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
   // chunks are exactly what the door will sign (step 3).
   struct Plan {
     int64_t saved_at_ms = 0;
-    std::set<std::string> chunks;
+    ChunkIds chunks;
   };
   auto plan = co_await net::run_blocking([&]() -> Result<Plan> {
     ASSIGN_OR_RETURN(state::Timeline timeline, state::load_timeline(store, keys, location));
@@ -562,7 +561,7 @@ asio::awaitable<Result<RestoreOutcome>> StateManager::restore(int64_t user_id, s
         return not_found(
             fmt::format("paths[{}]: {} is not in snapshot {}", i, paths[i], snapshot_id));
       for (const state::Entry* e : selected)
-        for (const auto& c : e->chunks) p.chunks.insert(c.id.hex());
+        for (const auto& c : e->chunks) p.chunks.insert(c.id);
     }
     return p;
   });
@@ -667,7 +666,7 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
   state::Store& store = *store_;
   struct Plan {
     std::optional<state::Head> head;
-    std::set<std::string> chunks;
+    ChunkIds chunks;
   };
   auto plan = co_await net::run_blocking([&]() -> Result<Plan> {
     Plan p;
@@ -676,7 +675,7 @@ asio::awaitable<std::string> StateManager::restore_lost(Box box,
     ASSIGN_OR_RETURN(state::Manifest manifest,
                      state::materialize_manifest(store, keys, location, p.head->snapshot_id,
                                                  crypto::system_random()));
-    for (const auto& id : state::referenced_chunks(manifest)) p.chunks.insert(id.hex());
+    for (const auto& id : state::referenced_chunks(manifest)) p.chunks.insert(id);
     return p;
   });
   if (!*alive) co_return std::string();
@@ -809,12 +808,12 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
       co_return;
     }
     for (const auto& id : ids) {
-      std::string hex = id.hex();
-      if (ticket->allowed.count(hex) == 0) {
-        co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
+      if (ticket->allowed.count(id) == 0) {
+        co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", id.hex()));
         co_return;
       }
       if (batch_only) continue;
+      std::string hex = id.hex();
       auto url = object_url("GET", state::chunk_key(user, id));
       if (!url.ok()) {
         co_await answer(req, 400, url.status().to_string());
@@ -856,7 +855,7 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
         co_await answer(req, 400, url.status().to_string());
         co_return;
       }
-      again->put.insert(hex);
+      again->put.insert(id);
       urls[hex] = std::move(*url);
     }
   } else {
@@ -927,9 +926,8 @@ asio::awaitable<void> StateManager::door_batch_get(http::ServerRequest& req, std
   std::vector<std::string> keys;
   keys.reserve(ids->size());
   for (const state::ChunkId& id : *ids) {
-    std::string hex = id.hex();
-    if (ticket->allowed.count(hex) == 0) {
-      co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", hex));
+    if (ticket->allowed.count(id) == 0) {
+      co_await answer(req, 403, fmt::format("chunk {} is not in the restore's scope", id.hex()));
       co_return;
     }
     keys.push_back(state::chunk_key(ticket->user, id));
@@ -984,9 +982,9 @@ asio::awaitable<void> StateManager::door_batch_put(http::ServerRequest& req, std
   keys.reserve(items->size());
   uint64_t bytes = 0;
   for (const state::PutItem& item : *items) {
-    std::string hex = item.id.hex();
-    if (ticket->put.count(hex) == 0) {
-      co_await answer(req, 403, fmt::format("chunk {} was not asked for by this save", hex));
+    if (ticket->put.count(item.id) == 0) {
+      co_await answer(req, 403,
+                      fmt::format("chunk {} was not asked for by this save", item.id.hex()));
       co_return;
     }
     keys.push_back(state::chunk_key(ticket->user, item.id));
