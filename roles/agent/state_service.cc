@@ -286,6 +286,8 @@ struct DoorUrls {
 // A "get" asks without URLs first ("urls": false): a door that takes batches then answers
 // none, only checks the first page's scope and says "batch", and the restore fetches through
 // kBatchGetPath, which checks every id; an older api ignores the field and answers URLs.
+// A "put" asks without URLs too: a door that takes batches answers the ids the store lacks
+// as "missing" (their URLs here are empty) and takes them through kBatchPutPath.
 Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
                           const std::vector<state::ChunkId>& ids) {
   DoorUrls out;
@@ -294,7 +296,8 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
   if (ids.empty()) out.batch = false;
   for (size_t i = 0; i < ids.size(); i += kIdsPerRequest) {
     json req{{"op", std::string(op)}, {"ids", json::array()}};
-    if (op == "get" && i == 0) req["urls"] = false;
+    // Without URLs: a get's first request, and every put's (the door answers the missing ids).
+    if (op == "put" || i == 0) req["urls"] = false;
     for (size_t j = i; j < ids.size() && j < i + kIdsPerRequest; ++j)
       req["ids"].push_back(ids[j].hex());
     ASSIGN_OR_RETURN(std::string body,
@@ -309,6 +312,15 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
     // An older api does not say it; every answer of the call must.
     const auto batch = resp.find("batch");
     if (batch == resp.end() || !batch->is_boolean() || !batch->get<bool>()) out.batch = false;
+    // A put's missing ids without URLs (an older api, or one with an S3 store, signs URLs).
+    if (const auto missing = resp.find("missing"); missing != resp.end()) {
+      if (!missing->is_array() || !out.batch)
+        return unavailable("chunk urls: \"missing\" without the batch route");
+      for (const auto& hex : *missing) {
+        if (!hex.is_string()) return unavailable("chunk urls: a missing id is not a string");
+        urls[hex.get<std::string>()];  // no URL: the batch route takes it
+      }
+    }
     if (op == "get" && i == 0 && out.batch) {
       urls.clear();  // none were asked for; the batch route checks every id itself
       return out;

@@ -55,11 +55,13 @@ constexpr std::string_view kBoxSeg = "bx_quiesce";
 // The api's door for these tests: POST /cocoonbox.state/v1/urls answers a URL for every id
 // (put: those the store lacks), and /obj?k=<key> GETs and PUTs objects of the store. With
 // |batch| its answers say so, and POST /cocoonbox.state/v1/chunks/{get,put} carry many chunks
-// (state/chunk_batch.h) as the api's door does with the filesystem store.
+// (state/chunk_batch.h) as the api's door does with the filesystem store. A batch door answers
+// a put without URLs ("urls": false) with the ids the store lacks as "missing", as the api's
+// does, unless |signs_puts| (as an older api, which signed a URL for each anyway).
 class Door {
  public:
-  Door(net::Executor executor, state::Store& store, bool batch = false)
-      : store_(store), batch_(batch) {
+  Door(net::Executor executor, state::Store& store, bool batch = false, bool signs_puts = false)
+      : store_(store), batch_(batch), signs_puts_(signs_puts) {
     router_.handle("POST", "/cocoonbox.state/v1/urls",
                    [this](http::ServerRequest& req) { return urls(req); });
     router_.handle("", "/obj", [this](http::ServerRequest& req) { return object(req); });
@@ -86,7 +88,9 @@ class Door {
   // Requests that carried chunks: one chunk each (to /obj), or a batch.
   int chunk_requests() const { return chunk_requests_; }
   int batch_requests() const { return batch_requests_; }
-  void reset_counts() { chunk_requests_ = batch_requests_ = 0; }
+  // URLs answered for puts.
+  int put_urls() const { return put_urls_; }
+  void reset_counts() { chunk_requests_ = batch_requests_ = put_urls_ = 0; }
 
  private:
   static asio::awaitable<std::string> body(http::ServerRequest& req) {
@@ -103,18 +107,27 @@ class Door {
     json doc = json::parse(text, nullptr, false);
     json out = json::object();
     const bool put = doc.value("op", "") == "put";
-    // As the api's door: a "get" without URLs ("urls": false) gets none from a batch door.
-    const bool none = batch_ && !put && doc.contains("urls") && doc["urls"] == false;
+    // As the api's door: a "get" without URLs ("urls": false) gets none from a batch door, a
+    // "put" the missing ids.
+    const bool no_urls = batch_ && doc.contains("urls") && doc["urls"] == false;
+    const bool answer_missing = no_urls && put && !signs_puts_;
+    json missing = json::array();
     for (const auto& v : doc["ids"]) {
-      if (none) break;
+      if (no_urls && !put) break;
       auto id = state::ChunkId::from_hex(v.get<std::string>());
       if (!id.ok()) continue;
       const std::string key = state::chunk_key(std::string(kUser), *id);
       if (put && store_.stat(key).ok()) continue;
+      if (answer_missing) {
+        missing.push_back(v);
+        continue;
+      }
       out[v.get<std::string>()] = url(key);
+      if (put) ++put_urls_;
     }
     json resp{{"urls", out}};
     if (batch_) resp["batch"] = true;
+    if (answer_missing) resp["missing"] = missing;
     (void)co_await http::respond(req, 200, "application/json", resp.dump());
   }
   asio::awaitable<void> batch_get(http::ServerRequest& req) {
@@ -181,6 +194,7 @@ class Door {
   static constexpr size_t kItemsPerAnswer = 5;
   state::Store& store_;
   const bool batch_;
+  const bool signs_puts_;
   http::Router router_;
   std::unique_ptr<http::Server> server_;
   // The door runs on the test's one executor thread.
@@ -188,6 +202,7 @@ class Door {
   int fail_put_at_ = 0;
   int chunk_requests_ = 0;
   int batch_requests_ = 0;
+  int put_urls_ = 0;
 };
 
 struct World {
@@ -419,9 +434,11 @@ TEST_CASE("State.Save quiesced waits for the running turn, then saves agent.db's
 
 TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT fails the save",
           "[agent][state][integration]") {
-  // One chunk per request, or many with a door that takes batches.
-  const bool batch = GENERATE(false, true);
-  INFO("batch " << batch);
+  // One chunk per request, or many with a door that takes batches: the api's, which answers a
+  // put's missing ids without URLs, or an older one, which signs a URL for each.
+  const auto [batch, signs_puts] =
+      GENERATE(std::pair{false, false}, std::pair{true, false}, std::pair{true, true});
+  INFO("batch " << batch << ", signs puts " << signs_puts);
   World w;
   cb::test::FakeGateway gw(w.s.dir / "model.sock");
   REQUIRE(gw.error().empty());
@@ -442,9 +459,10 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
   const std::string credential = w.s.credential();
   SaveCall failed, saved;
   std::pair<int, int> save_requests, restore_requests;  // chunk requests, batch requests
+  int put_urls = 0;
   with_agent(w.config(gw, 60s), [&](Agent& agent) -> asio::awaitable<void> {
     auto exec = co_await asio::this_coro::executor;
-    Door door(exec, *w.store, batch);
+    Door door(exec, *w.store, batch, signs_puts);
     if (!door.listen((w.s.dir.path() / "door.sock").string()).ok()) co_return;
     auto channel = channel_to(agent, exec);
     door.fail_put(20);
@@ -457,6 +475,7 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
     *second.mutable_access() = w.access();
     saved = co_await call_save(channel, credential, std::move(second));
     save_requests = {door.chunk_requests(), door.batch_requests()};
+    put_urls = door.put_urls();
     channel->close();
     co_await door.stop();
   });
@@ -509,6 +528,8 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
   // Without batches a request per chunk; with them none, and a batch per 16 chunks or so on
   // a save; on a restore (tasks of 16 spanning the small files) the door answers 5 ids at a
   // time, so the agent asks about 3 times per task.
+  // The agent asks a batch door for no put URL; an older one signs them anyway.
+  CHECK((put_urls > 0) == (!batch || signs_puts));
   if (batch) {
     CHECK(save_requests.first == 0);
     CHECK(save_requests.second > 0);
