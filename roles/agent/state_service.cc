@@ -276,7 +276,8 @@ class JobHttp {
 };
 
 struct DoorUrls {
-  std::map<std::string, std::string> urls;  // hex id -> URL
+  // hex id -> URL; "" for a put's missing id from a batch door, which kBatchPutPath takes.
+  std::map<std::string, std::string> urls;
   // The door takes chunk batches (an api with the filesystem store): the chunks of the URLs
   // may go many to a request instead (kBatchGetPath, kBatchPutPath).
   bool batch = false;
@@ -294,10 +295,11 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
   out.batch = true;
   std::map<std::string, std::string>& urls = out.urls;
   if (ids.empty()) out.batch = false;
+  bool missing_listed = false;  // some ids came without a URL
   for (size_t i = 0; i < ids.size(); i += kIdsPerRequest) {
     json req{{"op", std::string(op)}, {"ids", json::array()}};
     // Without URLs: a get's first request, and every put's (the door answers the missing ids).
-    if (op == "put" || i == 0) req["urls"] = false;
+    if (op == "put" || (op == "get" && i == 0)) req["urls"] = false;
     for (size_t j = i; j < ids.size() && j < i + kIdsPerRequest; ++j)
       req["ids"].push_back(ids[j].hex());
     ASSIGN_OR_RETURN(std::string body,
@@ -314,11 +316,11 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
     if (batch == resp.end() || !batch->is_boolean() || !batch->get<bool>()) out.batch = false;
     // A put's missing ids without URLs (an older api, or one with an S3 store, signs URLs).
     if (const auto missing = resp.find("missing"); missing != resp.end()) {
-      if (!missing->is_array() || !out.batch)
-        return unavailable("chunk urls: \"missing\" without the batch route");
+      if (!missing->is_array()) return unavailable("chunk urls: \"missing\" is not an array");
       for (const auto& hex : *missing) {
         if (!hex.is_string()) return unavailable("chunk urls: a missing id is not a string");
         urls[hex.get<std::string>()];  // no URL: the batch route takes it
+        missing_listed = true;
       }
     }
     if (op == "get" && i == 0 && out.batch) {
@@ -326,6 +328,9 @@ Result<DoorUrls> ask_urls(JobHttp& http, std::string_view op,
       return out;
     }
   }
+  // Every answer must say "batch" for ids without a URL to have a way to the store.
+  if (missing_listed && !out.batch)
+    return unavailable("chunk urls: the door listed missing ids without the batch route");
   return out;
 }
 

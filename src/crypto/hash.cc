@@ -91,4 +91,19 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return sodium_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+uint64_t table_hash(std::span<const uint8_t> data) {
+  static const std::array<unsigned char, crypto_shorthash_KEYBYTES> key = [] {
+    internal::ensure_initialized();
+    std::array<unsigned char, crypto_shorthash_KEYBYTES> k;
+    randombytes_buf(k.data(), k.size());
+    return k;
+  }();
+  static_assert(crypto_shorthash_BYTES == sizeof(uint64_t));
+  unsigned char out[crypto_shorthash_BYTES];
+  crypto_shorthash(out, data.data(), data.size(), key.data());
+  uint64_t h;
+  std::memcpy(&h, out, sizeof(h));
+  return h;
+}
+
 }  // namespace cb::crypto

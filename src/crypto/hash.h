@@ -1,6 +1,6 @@
 #pragma once
-// SHA-256 (FIPS 180-4) one-shot and incremental, hex encoding, and a constant-time
-// comparison for secrets (tokens, MACs, digests). Backed by libsodium.
+// SHA-256 (FIPS 180-4) one-shot and incremental, hex encoding, a constant-time comparison
+// for secrets (tokens, MACs, digests) and a keyed hash for hash tables. Backed by libsodium.
 //
 // Thread-safety: the free functions are safe from any thread. A Sha256 object is not
 // thread-safe; use one per thread. Sha256 is copyable: a copy continues from the same state.
@@ -56,5 +56,10 @@ Result<std::string> hex_decode(std::string_view hex);
 // on the content (sodium_memcmp), so it is safe for comparing secrets; inputs of different
 // lengths are unequal at once, which reveals only that the lengths differ.
 bool constant_time_equal(std::string_view a, std::string_view b);
+
+// SipHash-2-4 of |data| under a key drawn at random once per process: the hash of a hash table
+// whose keys a peer chooses. A fixed hash would let it choose keys that all share one bucket,
+// and make each lookup as slow as a list. Differs between processes: never store or send it.
+uint64_t table_hash(std::span<const uint8_t> data);
 
 }  // namespace cb::crypto

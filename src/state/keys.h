@@ -16,6 +16,7 @@
 // Thread-safety: a StateKeys is immutable after construction; share it between threads.
 
 #include "base/result.h"
+#include "crypto/hash.h"
 #include "crypto/keys.h"
 
 #include <array>
@@ -46,13 +47,11 @@ struct ChunkId {
   bool operator==(const ChunkId&) const = default;
 };
 
+// Keyed per process (crypto::table_hash): the ids of a manifest or a door request come from a
+// box, which could choose ids that share their first bytes, and so one bucket of a hash that
+// takes them as they are.
 struct ChunkIdHash {
-  size_t operator()(const ChunkId& id) const {
-    // The id is a keyed hash already: any 8 of its bytes are uniformly distributed.
-    size_t h = 0;
-    for (size_t i = 0; i < sizeof(h); ++i) h = (h << 8) | id.bytes[i];
-    return h;
-  }
+  size_t operator()(const ChunkId& id) const { return size_t(crypto::table_hash(id.bytes)); }
 };
 
 class StateKeys {

@@ -21,10 +21,10 @@ StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string 
     : store_(store), keys_(keys), user_(std::move(user)) {
   if (put_threads <= 1) return;
   // Compressing and sealing is most of a save's CPU: it runs on the put threads, not on the
-  // reading ones, which only chunk and hash. 8 chunks a thread may wait: with 2, a reading
-  // thread slept and woke for almost every chunk, and the switches between the threads cost
-  // about 7 % of a first save's CPU (perf stat, 2026-12-01: 57,000 context switches against
-  // 22,000).
+  // reading ones, which only chunk and hash. 8 chunks a thread may wait, so that a reading
+  // thread, woken once the queue is half empty (Workers), queues several before it sleeps
+  // again: the switches between threads are a cost of their own (docs/benchmarks.md, "a save's
+  // context switches").
   putters_ = std::make_unique<internal::Workers<Put>>(
       put_threads, size_t(put_threads) * 8, [this](Put& put) {
         const std::string sealed = seal_chunk(keys_, put.id, as_bytes(put.plaintext));

@@ -70,8 +70,8 @@ class Scanner {
           ChunkSink& sink)
       : options_(options), previous_(previous), keys_(keys), sink_(sink) {
     if (options_.read_threads > 1) {
-      // At most 8n files wait, open, ahead of the readers: the walk queues several in a row
-      // and sleeps once for them, where with 2n it slept and woke at almost every file.
+      // At most 8n files wait, open, ahead of the readers: woken once the queue is half empty
+      // (Workers), the walk queues several files before it sleeps again.
       readers_ = std::make_unique<internal::Workers<FileJob>>(
           options_.read_threads, size_t(options_.read_threads) * 8,
           [this](FileJob& job) { return read_file(job); });

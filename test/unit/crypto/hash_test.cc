@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <set>
+
 namespace cb::crypto {
 namespace {
 
@@ -66,6 +69,26 @@ TEST_CASE("constant_time_equal: compares content and length", "[crypto][unit]") 
   CHECK_FALSE(constant_time_equal("", "x"));
   CHECK(constant_time_equal(std::string_view("a\0b", 3), std::string_view("a\0b", 3)));
   CHECK_FALSE(constant_time_equal(std::string_view("a\0b", 3), std::string_view("a\0c", 3)));
+}
+
+TEST_CASE("table_hash: the same in a process; inputs alike but for their end spread out",
+          "[crypto][unit]") {
+  std::array<uint8_t, 32> a{};
+  std::array<uint8_t, 32> b{};
+  b[31] = 1;
+  CHECK(table_hash(a) == table_hash(a));
+  CHECK(table_hash(a) != table_hash(b));
+  CHECK(table_hash(std::span<const uint8_t>()) == table_hash(std::span<const uint8_t>()));
+  // 1000 inputs that differ only in their last two bytes, as a peer choosing keys for one
+  // bucket would send, fill nearly all of 64 buckets.
+  std::set<uint64_t> buckets;
+  for (int i = 0; i < 1000; ++i) {
+    std::array<uint8_t, 32> x{};
+    x[30] = uint8_t(i >> 8);
+    x[31] = uint8_t(i);
+    buckets.insert(table_hash(x) % 64);
+  }
+  CHECK(buckets.size() >= 60);
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
+#include <unordered_set>
 
 namespace cb::state {
 namespace {
@@ -40,6 +42,21 @@ TEST_CASE("ChunkId: hex round trips and bad hex is refused", "[state][unit]") {
   CHECK(*back == id);
   CHECK(ChunkId::from_hex("abc").status().code() == Code::kInvalidArgument);
   CHECK(ChunkId::from_hex(std::string(64, 'g')).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("ChunkIdHash: ids a box chose to share their first 24 bytes spread over a table",
+          "[state][unit]") {
+  std::unordered_set<ChunkId, ChunkIdHash> ids;
+  for (int i = 0; i < 4096; ++i) {
+    ChunkId id;
+    id.bytes.fill(0xab);
+    id.bytes[30] = uint8_t(i >> 8);
+    id.bytes[31] = uint8_t(i);
+    ids.insert(id);
+  }
+  size_t largest = 0;
+  for (size_t b = 0; b < ids.bucket_count(); ++b) largest = std::max(largest, ids.bucket_size(b));
+  CHECK(largest <= 16);  // an unkeyed hash of the first 8 bytes put all 4096 in one
 }
 
 TEST_CASE("seal_chunk: round trips compressible and incompressible chunks", "[state][unit]") {
