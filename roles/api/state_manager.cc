@@ -852,10 +852,9 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
       co_return;
     }
     for (const auto& id : *missing) {
-      std::string hex = id.hex();
+      again->put.insert(id);
       if (batch_only) {
-        again->put.insert(id);
-        missing_hex.push_back(std::move(hex));
+        missing_hex.push_back(id.hex());
         continue;
       }
       auto url = object_url("PUT", state::chunk_key(user, id));
@@ -863,8 +862,7 @@ asio::awaitable<void> StateManager::door_urls(http::ServerRequest& req, std::str
         co_await answer(req, 400, url.status().to_string());
         co_return;
       }
-      again->put.insert(id);
-      urls[hex] = std::move(*url);
+      urls[id.hex()] = std::move(*url);
     }
   } else {
     co_await answer(req, 400, "op: \"put\" or \"get\"");

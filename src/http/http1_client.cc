@@ -219,7 +219,7 @@ asio::awaitable<Status> Http1Client::send_head(std::string method, std::string t
   response_expected_ = true;
   head_.reset();
   head_returned_ = false;
-  body_.clear();
+  body_ = std::string();  // not clear(): a failed request may have left a large reservation
   // A large response grew the read buffer; an idle kept connection gives that back. No read
   // is under way here: the previous exchange is finished.
   if (raw_begin_ == raw_end_ && raw_cap_ > kReadSize) {
