@@ -625,6 +625,10 @@ asio::awaitable<Status> BrowserTools::attach() {
   if (session_.empty()) co_return internal_error("Target.attachToTarget gave no sessionId");
   auto enabled = co_await cdp_->call("Page.enable", json::object(), session_, deadline);
   if (!enabled.ok()) co_return enabled.status();
+  json lifecycle = {{"enabled", true}};
+  auto lifecycle_on = co_await cdp_->call("Page.setLifecycleEventsEnabled", std::move(lifecycle),
+                                          session_, deadline);
+  if (!lifecycle_on.ok()) co_return lifecycle_on.status();
   dialog_ = Dialog();
   set_dialog_interrupts(*cdp_, true);
   json metrics = {{"width", config_.width},
@@ -880,10 +884,10 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   }
   std::string note;
   // A navigation within the document (a #fragment) has no loader and fires no load event.
-  if (nav->contains("loaderId")) {
-    auto loaded = co_await cdp_->wait_event("Page.loadEventFired", session_,
-                                            net::after(config_.navigate_timeout));
-    if (!loaded.ok() && loaded.status().code() == Code::kAborted) {
+  if (auto loader = nav->find("loaderId"); loader != nav->end()) {
+    const std::string loader_id = loader->is_string() ? loader->get<std::string>() : "";
+    Status loaded = co_await wait_loaded(loader_id, net::after(config_.navigate_timeout));
+    if (!loaded.ok() && loaded.code() == Code::kAborted) {
       // A dialog while loading (an alert in onload): the page answers nothing until it is
       // handled, so its title cannot be read now; run() adds the dialog.
       absorb_dialog_events();
@@ -893,7 +897,7 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
       co_return r;
     }
     if (!loaded.ok()) {
-      if (loaded.status().code() != Code::kDeadlineExceeded) co_return failure(loaded.status());
+      if (loaded.code() != Code::kDeadlineExceeded) co_return failure(loaded);
       note = fmt::format(
           " (still loading after {} s)",
           std::chrono::duration_cast<std::chrono::seconds>(config_.navigate_timeout).count());
@@ -910,6 +914,20 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
                               answered, href, note, shown_title));
   r.structured = {{"url", href}, {"title", title}, {"loaded", note.empty()}};
   co_return r;
+}
+
+asio::awaitable<Status> BrowserTools::wait_loaded(const std::string& loader_id,
+                                                  net::Deadline deadline) {
+  while (true) {
+    auto event = co_await cdp_->wait_event("Page.lifecycleEvent", session_, deadline);
+    if (!event.ok()) co_return event.status();
+    const json& p = event->params;
+    if (!p.is_object()) continue;
+    auto name = p.find("name");
+    auto loader = p.find("loaderId");
+    if (name != p.end() && *name == "load" && loader != p.end() && *loader == loader_id)
+      co_return Status();
+  }
 }
 
 asio::awaitable<ToolResult> BrowserTools::snapshot() {

@@ -64,6 +64,13 @@ constexpr std::string_view kAlertOnLoadPage = R"html(<!doctype html>
 <body onload="alert('Welcome aboard')"><p>loaded</p></body></html>
 )html";
 
+// A page whose head comes 400 ms after its first bytes: the navigation commits long before
+// the title is known, so a result that reads the title before the page's own load event
+// shows none.
+constexpr std::string_view kSlowPageStart = "<!doctype html><html>";
+constexpr std::string_view kSlowPageRest =
+    "<head><title>Slow to load</title></head><body><p>late</p></body></html>";
+
 // Live processes (not zombies) whose command line names |needle|.
 std::vector<pid_t> processes_naming(const std::string& needle) {
   std::vector<pid_t> out;
@@ -123,6 +130,15 @@ struct PageServer {
     });
     router.handle("GET", "/alert-on-load", [](http::ServerRequest& req) -> asio::awaitable<void> {
       (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kAlertOnLoadPage);
+    });
+    router.handle("GET", "/slow-head", [](http::ServerRequest& req) -> asio::awaitable<void> {
+      http::Headers h;
+      h.push_back({"content-type", "text/html; charset=utf-8"});
+      if (!(co_await req.send_headers(200, h, false)).ok()) co_return;
+      if (!(co_await req.write(kSlowPageStart, false)).ok()) co_return;
+      net::Timer t(co_await asio::this_coro::executor, net::after(std::chrono::milliseconds(400)));
+      co_await t.async_wait();
+      (void)co_await req.write(kSlowPageRest, true);
     });
     REQUIRE(server.listen_tcp("127.0.0.1", 0).ok());
     server.start();
@@ -460,16 +476,20 @@ TEST_CASE("BrowserTools: JavaScript dialogs are reported and answered, never lef
       CHECK(left.text().find("title: Box test page") != std::string::npos);
 
       // An alert while loading: the navigation reports it; the next navigation dismisses it.
+      // The dismissed page then fires its own load event late, while the next page is still
+      // loading: the result waits for the next page's load, and names its title.
       const json on_load = json{{"url", page.url() + "alert-on-load"}};
       ToolResult loading = co_await call(browser, "browser_navigate", on_load);
       INFO(loading.text());
       CHECK_FALSE(loading.is_error);
       CHECK(loading.text().find("alert dialog: \"Welcome aboard\"") != std::string::npos);
-      ToolResult away = co_await call(browser, "browser_navigate", home);
+      const json slow = json{{"url", page.url() + "slow-head"}};
+      ToolResult away = co_await call(browser, "browser_navigate", slow);
       INFO(away.text());
       CHECK_FALSE(away.is_error);
       CHECK(away.text().find("dismissed the alert dialog \"Welcome aboard\"") != std::string::npos);
-      CHECK(away.text().find("title: Box test page") != std::string::npos);
+      CHECK(away.text().find("title: Slow to load") != std::string::npos);
+      CHECK(away.structured["loaded"] == true);
 
       co_await browser.shutdown();
       co_await page.server.shutdown(net::after(2s));
