@@ -23,6 +23,15 @@ namespace cb::state {
 
 namespace {
 
+// A pack being written asks the kernel to start writing each further kWritebackBytes of it.
+constexpr uint64_t kWritebackBytes = 8u << 20;
+
+// Starts writing the bytes [from, to) of |fd| to disk and returns without waiting: a hint,
+// whose failure the fdatasync() before publishing reports.
+void start_writeback(int fd, uint64_t from, uint64_t to) {
+  (void)::sync_file_range(fd, off64_t(from), off64_t(to - from), SYNC_FILE_RANGE_WRITE);
+}
+
 Status errno_status(std::string_view what, int err) {
   std::string msg = std::string(what) + ": " + strerror(err);
   switch (err) {
@@ -371,6 +380,7 @@ struct FsStore::OpenPack {
   uint64_t end = 0;          // bytes reserved so far
   uint64_t index_bytes = 0;  // an upper bound of the index's size before zstd
   int writers = 0;           // pwrites under way
+  uint64_t flushing = 0;     // writeback started for the bytes before this offset
   Status error;              // the first failed write
   std::vector<PackEntry> entries;
 };
@@ -394,6 +404,7 @@ FsStore::FsStore(std::filesystem::path root, Options options)
 }
 
 FsStore::~FsStore() {
+  wait_publishes();
   for (auto& [group, p] : open_) {
     ::close(p->fd);
     ::unlink(p->temp.c_str());
@@ -513,6 +524,20 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
   }
   // Outside the lock: the put threads write their objects into one pack side by side.
   const Status written = pwrite_all(p->fd, data, offset, p->temp);
+  if (written.ok() && options_.sync) {
+    // The disk writes the pack while it fills, so that its publish's fdatasync, which holds
+    // up the thread that publishes, finds little left to write.
+    uint64_t from = 0, to = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (offset + data.size() >= p->flushing + kWritebackBytes) {
+        from = p->flushing;
+        to = p->flushing = offset + data.size();
+      }
+    }
+    // Still one of the pack's writers: its descriptor stays open.
+    if (to > from) start_writeback(p->fd, from, to);
+  }
   std::unique_ptr<OpenPack> full;
   {
     std::lock_guard lock(mu_);
@@ -521,10 +546,10 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     idle_cv_.notify_all();
     auto it = open_.find(group);
     if (it == open_.end() || it->second.get() != p) return written;  // taken by a sync()
-    // Full: this thread publishes it while the others go on with a new one (one publish at a
-    // time: a second would wait for the same disk), or at once when its index nears the
-    // limit (many tiny objects). A pack that failed a write goes too: its publish fails and
-    // reports it, and later puts go to a new pack.
+    // Full: published on a thread of its own while the puts go on with a new pack (one
+    // publish at a time: a second would wait for the same disk), or at once when its index
+    // nears the limit (many tiny objects). A pack that failed a write goes too: its publish
+    // fails and sync() reports it, and later puts go to a new pack.
     const bool full_data =
         p->end >= options_.flush_bytes || p->index_bytes >= options_.flush_index_bytes;
     const bool must = !written.ok() || p->index_bytes >= kMaxPackIndexSize / 2;
@@ -533,9 +558,38 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     open_.erase(it);
     ++busy_;
   }
-  Status s = publish(std::move(full));
-  end_publish();
-  return written.ok() ? s : written;
+  publish_in_background(std::move(full));
+  return written;
+}
+
+void FsStore::publish_in_background(std::unique_ptr<OpenPack> p) {
+  // Published here, the fdatasync held up the thread that filled the pack for 0.1-0.2 s, a
+  // dozen times in a save (docs/benchmarks.md, "state: a save seals where it reads, and
+  // publishes off the reading threads").
+  // The thread gets the pack as a plain pointer, so that a thread that cannot start leaves
+  // it to be published here.
+  OpenPack* raw = p.release();
+  try {
+    std::thread t([this, raw] {
+      (void)publish(std::unique_ptr<OpenPack>(raw));  // its error waits in publish_error_
+      end_publish();
+    });
+    std::lock_guard lock(mu_);
+    publishers_.push_back(std::move(t));
+  } catch (const std::system_error&) {
+    (void)publish(std::unique_ptr<OpenPack>(raw));
+    end_publish();
+  }
+}
+
+void FsStore::wait_publishes() {
+  std::vector<std::thread> done;
+  {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return busy_ == 0; });
+    done.swap(publishers_);
+  }
+  for (std::thread& t : done) t.join();
 }
 
 Status FsStore::publish(std::unique_ptr<OpenPack> p) {
@@ -590,6 +644,7 @@ void FsStore::end_publish() {
 }
 
 Status FsStore::sync() {
+  wait_publishes();
   std::vector<std::unique_ptr<OpenPack>> batch;
   {
     // After any publish under way (it may hold puts deferred before this call), and alone.
@@ -620,10 +675,7 @@ Status FsStore::sync() {
   return s;
 }
 
-int FsStore::put_concurrency() const {
-  const int cores = int(std::thread::hardware_concurrency());
-  return std::clamp(cores + 2, 3, 8);
-}
+int FsStore::put_concurrency() const { return 1; }
 
 FsStore::Group& FsStore::group(std::string_view name) {
   std::lock_guard lock(mu_);

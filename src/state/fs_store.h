@@ -11,7 +11,7 @@
 //           prefix): one file of many objects, <root>/.packs/<segment>/<16 hex>.pack once
 //           published, with an index of keys, offsets and sizes at its end (pack.h). A pack
 //           is published when it holds Options::flush_bytes (or flush_index_bytes of index;
-//           by the put that filled it, while the other put threads go on with a new one) or
+//           on a thread of its own, while the puts go on with a new one) or
 //           at sync(): fdatasync, rename into place, fsync the folders up to the root, so an
 //           index never names bytes that are not on disk and a published pack is durable. A
 //           crash before leaves only temporaries (remove_temporaries()). 24,000 chunks cost
@@ -50,6 +50,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -81,8 +82,13 @@ class FsStore final : public Store {
   Status put(std::string_view key, std::string_view data) override;
   Status put_deferred(std::string_view key, std::string_view data) override;
   Status sync() override;
-  // The cores plus two (at least 3, at most 8): a first save of scripts/bench state's tree on
-  // 2 cores took 3.9-4.1 s with 3 or 4 put threads, 4.4-4.6 s with 8 (interleaved runs).
+  // Waits for the publishes under way (packs that filled up, published on threads of their
+  // own), not for the open packs, which sync() publishes. A failed one's error waits for
+  // sync().
+  void wait_publishes();
+  // 1: a put is a write into the open pack, which the reading thread that sealed the chunk
+  // does itself; put threads only added switches between threads (docs/benchmarks.md,
+  // "state: a save seals where it reads, and publishes off the reading threads").
   int put_concurrency() const override;
   Result<std::string> get(std::string_view key) override;
   Status get_append(std::string_view key, std::string& out) override;
@@ -132,6 +138,9 @@ class FsStore final : public Store {
   // adds its keys to the group. Deletes the temporary on error.
   Status publish(std::unique_ptr<OpenPack> p);
   void end_publish();  // counts a publish as ended and wakes a waiting sync()
+  // publish() and end_publish() on a thread of its own (here if none starts).
+  // REQUIRES: busy_ counts it.
+  void publish_in_background(std::unique_ptr<OpenPack> p);
 
   // Removes |keys| (all of one group) from the packs that hold them.
   Status delete_packed(Group& g, std::vector<std::string> keys);
@@ -157,8 +166,9 @@ class FsStore final : public Store {
   // Guarded by mu_:
   std::map<std::string, std::unique_ptr<OpenPack>, std::less<>> open_;  // by group
   std::map<std::string, std::unique_ptr<Group>, std::less<>> groups_;
-  Status publish_error_;  // a failed publish's, until sync() reports it
-  int busy_ = 0;          // publishes under way (a flush, or a sync(): alone)
+  Status publish_error_;                 // a failed publish's, until sync() reports it
+  int busy_ = 0;                         // publishes under way (a flush, or a sync(): alone)
+  std::vector<std::thread> publishers_;  // the flushes' threads, joined by wait_publishes()
 };
 
 }  // namespace cb::state

@@ -8,31 +8,18 @@
 
 namespace cb::state {
 
-namespace {
-
-std::span<const uint8_t> as_bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-}  // namespace
-
 StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string user,
                                int put_threads)
     : store_(store), keys_(keys), user_(std::move(user)) {
   if (put_threads <= 1) return;
-  // Compressing and sealing is most of a save's CPU: it runs on the put threads, not on the
-  // reading ones, which only chunk and hash. 8 chunks a thread may wait, so that a reading
-  // thread, woken once the queue is half empty (Workers), queues several before it sleeps
-  // again: the switches between threads are a cost of their own (docs/benchmarks.md, "a save's
-  // context switches").
+  // The put threads only write: the reading thread that met a chunk seals it while the chunk
+  // is still in its caches, and hands over the sealed bytes. 8 chunks a thread may wait, so
+  // that a reading thread, woken once the queue is half empty (Workers), queues several before
+  // it sleeps again: the switches between threads are a cost of their own (docs/benchmarks.md,
+  // "a save's context switches").
   putters_ = std::make_unique<internal::Workers<Put>>(
-      put_threads, size_t(put_threads) * 8, [this](Put& put) {
-        const std::string sealed = seal_chunk(keys_, put.id, as_bytes(put.plaintext));
-        RETURN_IF_ERROR(store_.put_deferred(put.key, sealed));
-        std::lock_guard lock(mu_);
-        added_stored_bytes_ += sealed.size();
-        return ok_status();
-      });
+      put_threads, size_t(put_threads) * 8,
+      [this](Put& put) { return store_.put_deferred(put.key, put.sealed); });
 }
 
 StoreChunkSink::~StoreChunkSink() { (void)stop_threads(); }
@@ -55,20 +42,21 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   auto size = store_.stat(key);
   if (size.ok()) return ok_status();
   if (size.status().code() != Code::kNotFound) return size.status();
+  // Sealed here, by the reading thread, straight from its buffer and while the chunk is in its
+  // caches: on a put thread it needed a copy of the plaintext and a switch between threads
+  // (docs/benchmarks.md, "state: a save seals where it reads, and publishes off the reading
+  // threads").
+  std::string sealed = seal_chunk(keys_, id, plaintext);
+  const size_t stored = sealed.size();
   if (putters_ == nullptr) {
-    const std::string sealed = seal_chunk(keys_, id, plaintext);
     RETURN_IF_ERROR(store_.put_deferred(key, sealed));
-    std::lock_guard lock(mu_);
-    added_stored_bytes_ += sealed.size();
   } else {
-    // The plaintext is the reader's buffer, valid only during this call: the put thread
-    // gets a copy to seal.
-    std::string copy(reinterpret_cast<const char*>(plaintext.data()), plaintext.size());
-    RETURN_IF_ERROR(putters_->submit(Put{key, id, std::move(copy)}));
+    RETURN_IF_ERROR(putters_->submit(Put{key, std::move(sealed)}));
   }
   std::lock_guard lock(mu_);
   ++added_chunks_;
   added_bytes_ += plaintext.size();
+  added_stored_bytes_ += stored;
   return ok_status();
 }
 

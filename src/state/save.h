@@ -49,8 +49,8 @@ struct SaveOptions {
   std::string cached_parent_id;
   // Chunk puts in flight at once (StoreChunkSink's put threads); 1 puts on the scanning
   // thread, 0 asks the store (Store::put_concurrency(): 8 for a remote store, whose puts are
-  // round trips; about the cores for FsStore). docs/benchmarks.md "state: save and restore
-  // against restic".
+  // round trips; 1 for FsStore, whose puts are a write each). docs/benchmarks.md "state: a
+  // save seals where it reads, and publishes off the reading threads".
   int put_threads = 0;
   // Files read, chunked and hashed at once (scan.read_threads is replaced by this): 0 is one
   // per core, at most kMaxDefaultReadThreads. A first save of scripts/bench state's tree on
@@ -78,12 +78,11 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // The ChunkSink of save_snapshot(): stores each chunk that is neither in |known| nor in the
 // store, and counts what it stored. Exposed for callers that drive scan_tree() themselves.
 //
-// add() may run on several threads at once (ScanOptions::read_threads). The known-check and
-// the stat run on the calling thread. With put_threads <= 1 the sealing
-// and the put do too; with put_threads > 1 the sink copies each new chunk's plaintext into a
-// queue (at most 8 * put_threads chunks; add() waits for room) and that many threads of the
-// sink's own compress, seal and put them, so sealing — most of a save's CPU — no longer runs
-// on the scanning thread. finish() waits for every put:
+// add() may run on several threads at once (ScanOptions::read_threads). The known-check, the
+// stat, the compressing and the sealing run on the calling thread. With put_threads <= 1 the
+// put does too; with put_threads > 1 the sink queues the sealed chunk (at most 8 * put_threads
+// of them; add() waits for room) for that many threads of its own to put. finish() waits for
+// every put:
 // every chunk added is stored only once it returned ok, so call it before committing.
 // added_stored_bytes() is complete only after finish(). Chunks go to Store::put_deferred():
 // none of them need be durable or visible before finish() called Store::sync().
@@ -117,8 +116,7 @@ class StoreChunkSink final : public ChunkSink {
   std::unordered_set<ChunkId, ChunkIdHash> known_;
   struct Put {
     std::string key;
-    ChunkId id;
-    std::string plaintext;
+    std::string sealed;
   };
   std::mutex mu_;  // guards known_ and the counts: add() runs on several threads
   uint64_t added_chunks_ = 0;

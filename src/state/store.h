@@ -64,7 +64,7 @@ class Store {
   virtual Status sync() { return ok_status(); }
 
   // How many puts a save keeps in flight (SaveOptions::put_threads 0). A remote store's puts
-  // wait on round trips, so many overlap; a local one's are CPU and file system work.
+  // wait on round trips, so many overlap; a local one's are a file system write each.
   virtual int put_concurrency() const { return 8; }
 
   // The object under |key|.
