@@ -348,12 +348,14 @@ Result<state::Manifest> fetch_manifest(JobHttp& http, const state::StateKeys& ke
 }
 
 // The save's ChunkSink, a pipeline with no barrier between batches. New chunks wait in
-// memory until kPendingBytes of them (or kIdsPerRequest) are pending; then an asking thread
-// asks the door which of them the store lacks, and kUploaders threads seal and upload those,
-// kChunksPerPut per request with a door that takes batches, else one PUT per chunk to its
-// URL. Each thread has its own connection. add() may run on several scanning threads at once
-// (ScanOptions::read_threads), and waits while kMaxHandedOff bytes of chunks are asked about
-// or being uploaded, so a save holds at most about kMaxHandedOff + 2 * kPendingBytes of them.
+// memory until kPendingBytes of them (or kIdsPerRequest) are pending, sealed by the scanning
+// thread while the store lacks most of them, else as plaintext; then an asking thread asks
+// the door which of them the store lacks, and kUploaders threads seal those still unsealed
+// and upload them, kChunksPerPut per request with a door that takes batches, else one PUT
+// per chunk to its URL. Each thread has its own connection. add() may run on several scanning
+// threads at once (ScanOptions::read_threads), and waits while kMaxHandedOff bytes of chunks are
+// asked about or being uploaded, so a save holds at most about kMaxHandedOff + 2 * kPendingBytes of
+// them.
 //
 // Before (until 2026-12-01) the scan handed a batch to an uploader thread and waited for the
 // one before it, and the scan was one thread: both cores were idle 17 % of a first save of
@@ -378,9 +380,19 @@ class UploadSink final : public state::ChunkSink {
       if (!first_.ok()) return first_;
       if (!known_.insert(id).second) return ok_status();
     }
-    // Copied outside the lock, which the other scanning threads and the uploaders share.
-    Pending chunk{id,
-                  std::string(reinterpret_cast<const char*>(plaintext.data()), plaintext.size())};
+    // Outside the lock, which the other scanning threads and the uploaders share. While the
+    // store lacked most of the last batch asked about (a first save of new files), the chunk
+    // is sealed here, straight from the reading buffer and while it is in the caches: on an
+    // uploading thread it needed a copy and was sealed cold, and an engine save spent 8 %
+    // more CPU that way (docs/benchmarks.md, "state: a save seals where it reads"). While the
+    // store had most (files another box saved), a copy waits for the ask, and only the chunks
+    // it lacks are sealed.
+    Pending chunk{id, {}, plaintext.size(), seal_early_.load(std::memory_order_relaxed)};
+    if (chunk.sealed) {
+      chunk.data = state::seal_chunk(keys_, id, plaintext);
+    } else {
+      chunk.data.assign(reinterpret_cast<const char*>(plaintext.data()), plaintext.size());
+    }
     std::unique_lock lock(mu_);
     room_cv_.wait(lock, [&] { return handed_off_ < kMaxHandedOff || !first_.ok(); });
     if (!first_.ok()) return first_;
@@ -409,13 +421,15 @@ class UploadSink final : public state::ChunkSink {
  private:
   struct Pending {
     state::ChunkId id;
-    std::string plaintext;
+    std::string data;  // the sealed chunk if |sealed|, else its plaintext
+    size_t size = 0;   // of the plaintext
+    bool sealed = false;
   };
   using Batch = std::vector<Pending>;
   // Chunks of one batch that go in one request: kChunksPerPut of them to the batch route, or
   // one to its URL.
   struct Group {
-    std::shared_ptr<const Batch> batch;                          // keeps the plaintexts
+    std::shared_ptr<const Batch> batch;                          // keeps the chunks
     std::vector<std::pair<const Pending*, std::string>> chunks;  // and their URLs
     bool batch_route = false;
     uint64_t bytes = 0;  // plaintext
@@ -484,15 +498,16 @@ class UploadSink final : public state::ChunkSink {
       }
       const size_t per_group = door->batch ? kChunksPerPut : 1;
       Group group;
-      uint64_t skipped = 0;
+      uint64_t skipped = 0, asked = 0;
       for (const Pending& p : *batch) {
+        asked += p.size;
         auto it = door->urls.find(p.id.hex());
         if (it == door->urls.end()) {  // the store has it (another box saved it)
-          skipped += p.plaintext.size();
+          skipped += p.size;
           continue;
         }
         group.chunks.emplace_back(&p, std::move(it->second));
-        group.bytes += p.plaintext.size();
+        group.bytes += p.size;
         if (group.chunks.size() == per_group) {
           group.batch = batch;
           group.batch_route = door->batch;
@@ -506,6 +521,7 @@ class UploadSink final : public state::ChunkSink {
         groups_.push_back(std::move(group));
       }
       handed_off_ -= skipped;
+      seal_early_.store(skipped * 2 <= asked, std::memory_order_relaxed);
       work_cv_.notify_all();
       room_cv_.notify_all();
     }
@@ -530,13 +546,17 @@ class UploadSink final : public state::ChunkSink {
       std::string body;
       uint64_t sealed_size = 0;
       for (const auto& [p, url] : group.chunks) {
-        const auto* data = reinterpret_cast<const uint8_t*>(p->plaintext.data());
-        std::string sealed = state::seal_chunk(keys_, p->id, {data, p->plaintext.size()});
+        std::string sealed_here;
+        if (!p->sealed) {
+          const auto* data = reinterpret_cast<const uint8_t*>(p->data.data());
+          sealed_here = state::seal_chunk(keys_, p->id, {data, p->size});
+        }
+        const std::string& sealed = p->sealed ? p->data : sealed_here;
         sealed_size += sealed.size();
         if (group.batch_route) {
           state::append_put_item(body, p->id, sealed);
         } else {
-          body = std::move(sealed);
+          body = sealed;
         }
       }
       Status sent =
@@ -577,6 +597,9 @@ class UploadSink final : public state::ChunkSink {
   bool asked_all_ = false;  // the asking thread ended: no more groups come
   Status first_ = ok_status();
   std::vector<std::thread> threads_;  // the asking thread, then the uploading ones
+  // Whether add() seals: the store lacked at least half the bytes of the last batch asked
+  // about (none asked yet: a save's chunks are new files' until the store says otherwise).
+  std::atomic<bool> seal_early_{true};
 };
 
 // A read-only Store over signed GET URLs: exactly the chunks the door handed out, of

@@ -21,6 +21,7 @@
 #include "http/server.h"
 #include "state/chunk.h"
 #include "state/chunk_batch.h"
+#include "state/chunker.h"
 #include "state/fs_store.h"
 #include "state/manifest.h"
 #include "state/snapshot.h"
@@ -551,6 +552,69 @@ TEST_CASE("State.Save uploads many chunks on its uploading threads; a failed PUT
   after["big.bin"] = read(w.s.dir.path() / "ws" / "big.bin");
   CHECK(after.size() == 61);
   CHECK(after == before);
+}
+
+// Files another box of the user saved: the first batch asked about is mostly in the store,
+// so the scanning threads stop sealing and later chunks wait as plaintext, sealed on an
+// uploading thread once the store says it lacks them; then the new files' batches are sealed
+// early again. Either way exactly the missing chunks are uploaded, each whole.
+TEST_CASE("State.Save of files the store mostly has uploads exactly the chunks it lacks",
+          "[agent][state][integration]") {
+  World w;
+  cb::test::FakeGateway gw(w.s.dir / "model.sock");
+  REQUIRE(gw.error().empty());
+  state::StateKeys keys(*crypto::SymmetricKey::from_bytes(w.state_key));
+  // 12 files of 4 MiB (3 batches of 16 MiB); the first 6 stored as another box would have.
+  constexpr int kFiles = 12, kStored = 6;
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  size_t stored_chunks = 0, new_chunks = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string data(4u << 20, '\0');
+    for (char& c : data) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      c = char(x);
+    }
+    std::ofstream(w.s.dir.path() / "home" / fmt::format("f{:02}", i), std::ios::binary) << data;
+    std::span<const uint8_t> rest(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+    for (size_t len : state::split_chunks(rest, state::kDefaultChunkerParams)) {
+      const auto chunk = rest.first(len);
+      rest = rest.subspan(len);
+      if (i >= kStored) {
+        ++new_chunks;
+        continue;
+      }
+      const state::ChunkId id = keys.chunk_id(chunk);
+      REQUIRE(
+          w.store->put(state::chunk_key(std::string(kUser), id), state::seal_chunk(keys, id, chunk))
+              .ok());
+      ++stored_chunks;
+    }
+  }
+  const std::string credential = w.s.credential();
+  SaveCall saved;
+  with_agent(w.config(gw, 60s), [&](Agent& agent) -> asio::awaitable<void> {
+    auto exec = co_await asio::this_coro::executor;
+    Door door(exec, *w.store, /*batch=*/true);
+    if (!door.listen((w.s.dir.path() / "door.sock").string()).ok()) co_return;
+    auto channel = channel_to(agent, exec);
+    v1::SaveRequest request;
+    *request.mutable_access() = w.access();
+    saved = co_await call_save(channel, credential, std::move(request));
+    channel->close();
+    co_await door.stop();
+  });
+  REQUIRE(saved.status == ok_status());
+  REQUIRE(saved.done.has_value());
+  CHECK(saved.done->uploaded_chunks() == new_chunks);
+  auto manifest = state::decode_manifest(saved.manifest);
+  REQUIRE(manifest.status() == ok_status());
+  const std::vector<state::ChunkId> ids = state::referenced_chunks(*manifest);
+  CHECK(ids.size() == stored_chunks + new_chunks);
+  for (const auto& id : ids) {
+    auto sealed = w.store->get(state::chunk_key(std::string(kUser), id));
+    REQUIRE(sealed.status() == ok_status());
+    CHECK(state::open_chunk(keys, id, *sealed).ok());
+  }
 }
 
 TEST_CASE("State.Save quiesced refuses while a turn still runs after the quiesce timeout",
