@@ -884,9 +884,13 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   }
   std::string note;
   // A navigation within the document (a #fragment) has no loader and fires no load event.
-  if (auto loader = nav->find("loaderId"); loader != nav->end()) {
-    const std::string loader_id = loader->is_string() ? loader->get<std::string>() : "";
-    Status loaded = co_await wait_loaded(loader_id, net::after(config_.navigate_timeout));
+  auto loader = nav->find("loaderId");
+  if (loader != nav->end() && loader->is_string() && !loader->get<std::string>().empty()) {
+    auto frame = nav->find("frameId");
+    const std::string frame_id =
+        frame != nav->end() && frame->is_string() ? frame->get<std::string>() : "";
+    Status loaded = co_await wait_loaded(frame_id, loader->get<std::string>(),
+                                         net::after(config_.navigate_timeout));
     if (!loaded.ok() && loaded.code() == Code::kAborted) {
       // A dialog while loading (an alert in onload): the page answers nothing until it is
       // handled, so its title cannot be read now; run() adds the dialog.
@@ -916,17 +920,26 @@ asio::awaitable<ToolResult> BrowserTools::navigate(const json& args) {
   co_return r;
 }
 
-asio::awaitable<Status> BrowserTools::wait_loaded(const std::string& loader_id,
-                                                  net::Deadline deadline) {
+asio::awaitable<Status> BrowserTools::wait_loaded(const std::string& frame_id,
+                                                  std::string loader_id, net::Deadline deadline) {
+  const auto text = [](const json& o, const char* key) {
+    auto v = o.find(key);
+    return v != o.end() && v->is_string() ? v->get<std::string>() : std::string();
+  };
   while (true) {
     auto event = co_await cdp_->wait_event("Page.lifecycleEvent", session_, deadline);
     if (!event.ok()) co_return event.status();
     const json& p = event->params;
     if (!p.is_object()) continue;
-    auto name = p.find("name");
-    auto loader = p.find("loaderId");
-    if (name != p.end() && *name == "load" && loader != p.end() && *loader == loader_id)
-      co_return Status();
+    const std::string name = text(p, "name"), loader = text(p, "loaderId");
+    // The frame went on to another document (a script's or a meta refresh's redirect, or the
+    // page navigating itself): that document's load ends the navigation.
+    if (name == "init" && !frame_id.empty() && text(p, "frameId") == frame_id && !loader.empty() &&
+        loader != loader_id) {
+      loader_id = loader;
+      continue;
+    }
+    if (name == "load" && loader == loader_id) co_return Status();
   }
 }
 

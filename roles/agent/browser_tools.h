@@ -149,8 +149,10 @@ class BrowserTools final : public ToolSet {
   asio::awaitable<Result<nlohmann::json>> evaluate(std::string expression);
   // Waits for the load event of the document |loader_id| names (Page.lifecycleEvent "load";
   // the plain Page.loadEventFired names no document, and the page a dialog held may fire
-  // its own late). Errors as cdp::Connection::wait_event().
-  asio::awaitable<Status> wait_loaded(const std::string& loader_id, net::Deadline deadline);
+  // its own late), or of the document that replaced it in |frame_id| (a redirect by script).
+  // Errors as cdp::Connection::wait_event().
+  asio::awaitable<Status> wait_loaded(const std::string& frame_id, std::string loader_id,
+                                      net::Deadline deadline);
   // The element behind |ref|, or a message saying why not.
   Result<SnapshotRef> resolve_ref(const std::string& ref) const;
   asio::awaitable<Status> press_key(std::string_view spec);

@@ -380,13 +380,11 @@ class UploadSink final : public state::ChunkSink {
       if (!first_.ok()) return first_;
       if (!known_.insert(id).second) return ok_status();
     }
-    // Outside the lock, which the other scanning threads and the uploaders share. While the
-    // store lacked most of the last batch asked about (a first save of new files), the chunk
-    // is sealed here, straight from the reading buffer and while it is in the caches: on an
-    // uploading thread it needed a copy and was sealed cold, and an engine save spent 8 %
-    // more CPU that way (docs/benchmarks.md, "state: a save seals where it reads"). While the
-    // store had most (files another box saved), a copy waits for the ask, and only the chunks
-    // it lacks are sealed.
+    // Outside the lock, which the other scanning threads and the uploaders share. Sealed here
+    // (seal_early_), straight from the reading buffer while it is in the caches: an uploading
+    // thread sealed a copy cold, and the engine's save spent 8 % more CPU that way
+    // (docs/benchmarks.md, "state: a save seals where it reads, and publishes off the reading
+    // threads").
     Pending chunk{id, {}, plaintext.size(), seal_early_.load(std::memory_order_relaxed)};
     if (chunk.sealed) {
       chunk.data = state::seal_chunk(keys_, id, plaintext);
@@ -556,7 +554,7 @@ class UploadSink final : public state::ChunkSink {
         if (group.batch_route) {
           state::append_put_item(body, p->id, sealed);
         } else {
-          body = sealed;
+          body = p->sealed ? p->data : std::move(sealed_here);
         }
       }
       Status sent =

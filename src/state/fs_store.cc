@@ -26,8 +26,9 @@ namespace {
 // A pack being written asks the kernel to start writing each further kWritebackBytes of it.
 constexpr uint64_t kWritebackBytes = 8u << 20;
 
-// Starts writing the bytes [from, to) of |fd| to disk and returns without waiting: a hint,
-// whose failure the fdatasync() before publishing reports.
+// Starts writing the bytes [from, to) of |fd| to disk, without waiting for the writes (it
+// may wait for room in the device's queue): a hint, whose failure the fdatasync() before
+// publishing reports.
 void start_writeback(int fd, uint64_t from, uint64_t to) {
   (void)::sync_file_range(fd, off64_t(from), off64_t(to - from), SYNC_FILE_RANGE_WRITE);
 }
@@ -404,7 +405,12 @@ FsStore::FsStore(std::filesystem::path root, Options options)
 }
 
 FsStore::~FsStore() {
-  wait_publishes();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  publish_cv_.notify_one();
+  if (publisher_.joinable()) publisher_.join();  // after it published what is queued
   for (auto& [group, p] : open_) {
     ::close(p->fd);
     ::unlink(p->temp.c_str());
@@ -522,7 +528,7 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
     p->index_bytes += key.size() + 24;  // the key, its length and two varints
     ++p->writers;
   }
-  // Outside the lock: the put threads write their objects into one pack side by side.
+  // Outside the lock: the threads that put write their objects into one pack side by side.
   const Status written = pwrite_all(p->fd, data, offset, p->temp);
   if (written.ok() && options_.sync) {
     // The disk writes the pack while it fills, so that its publish's fdatasync, which holds
@@ -563,33 +569,57 @@ Status FsStore::put_deferred(std::string_view key, std::string_view data) {
 }
 
 void FsStore::publish_in_background(std::unique_ptr<OpenPack> p) {
-  // Published here, the fdatasync held up the thread that filled the pack for 0.1-0.2 s, a
-  // dozen times in a save (docs/benchmarks.md, "state: a save seals where it reads, and
-  // publishes off the reading threads").
-  // The thread gets the pack as a plain pointer, so that a thread that cannot start leaves
-  // it to be published here.
-  OpenPack* raw = p.release();
-  try {
-    std::thread t([this, raw] {
-      (void)publish(std::unique_ptr<OpenPack>(raw));  // its error waits in publish_error_
-      end_publish();
-    });
+  // Published on the thread that filled it, the fdatasync held that thread up for 0.1-0.2 s,
+  // a dozen times in a save (docs/benchmarks.md, "state: a save seals where it reads, and
+  // publishes off the reading threads"). One thread publishes them all, in turn.
+  {
     std::lock_guard lock(mu_);
-    publishers_.push_back(std::move(t));
-  } catch (const std::system_error&) {
-    (void)publish(std::unique_ptr<OpenPack>(raw));
-    end_publish();
+    to_publish_.push_back(std::move(p));
+    if (!publisher_.joinable()) {
+      try {
+        publisher_ = std::thread([this] { publish_queued(); });
+      } catch (...) {
+        p = std::move(to_publish_.back());  // no thread to be had: published here
+        to_publish_.pop_back();
+      }
+    }
+  }
+  if (p == nullptr) {
+    publish_cv_.notify_one();
+    return;
+  }
+  publish_counted(std::move(p));
+}
+
+void FsStore::publish_queued() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    publish_cv_.wait(lock, [&] { return stopping_ || !to_publish_.empty(); });
+    if (to_publish_.empty()) return;  // stopping, with nothing left to publish
+    std::unique_ptr<OpenPack> p = std::move(to_publish_.front());
+    to_publish_.pop_front();
+    lock.unlock();
+    publish_counted(std::move(p));
+    lock.lock();
   }
 }
 
-void FsStore::wait_publishes() {
-  std::vector<std::thread> done;
-  {
-    std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return busy_ == 0; });
-    done.swap(publishers_);
+void FsStore::publish_counted(std::unique_ptr<OpenPack> p) {
+  try {
+    (void)publish(std::move(p));  // its error waits in publish_error_ for sync()
+  } catch (...) {
+    // Only an allocation can throw here; the pack's temporary stays for
+    // remove_temporaries().
+    std::lock_guard lock(mu_);
+    if (publish_error_.ok()) publish_error_ = internal_error("publishing a pack: out of memory");
+    failed_publishes_.fetch_add(1);
   }
-  for (std::thread& t : done) t.join();
+  end_publish();
+}
+
+void FsStore::wait_publishes() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return busy_ == 0; });
 }
 
 Status FsStore::publish(std::unique_ptr<OpenPack> p) {
@@ -624,6 +654,7 @@ Status FsStore::publish(std::unique_ptr<OpenPack> p) {
     ::unlink(p->temp.c_str());
     std::lock_guard lock(mu_);
     if (publish_error_.ok()) publish_error_ = s;
+    failed_publishes_.fetch_add(1);
     return s;
   }
   std::lock_guard lock(g.mu);
@@ -644,7 +675,6 @@ void FsStore::end_publish() {
 }
 
 Status FsStore::sync() {
-  wait_publishes();
   std::vector<std::unique_ptr<OpenPack>> batch;
   {
     // After any publish under way (it may hold puts deferred before this call), and alone.

@@ -44,6 +44,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -62,8 +63,9 @@ class FsStore final : public Store {
     // fsync files and directories on put. Off only for throwaway stores (benchmarks that
     // measure the rest); durability and the commit order depend on it.
     bool sync = true;
-    // The bytes at which a pack is published by the put_deferred() that filled it, instead
-    // of waiting for sync(), so that its writeback overlaps the rest of the save. (With a
+    // The bytes at which a pack is published (on the store's publishing thread) once a
+    // put_deferred() filled it, instead of waiting for sync(), so that its writeback overlaps
+    // the rest of the save. (With a
     // file per object, before packs, a first save of scripts/bench state's tree took 3.9-4.1 s
     // publishing every 64 MiB, 4.3-4.7 s leaving all to sync(); 2026-12-01.)
     size_t flush_bytes = 64u << 20;
@@ -82,10 +84,14 @@ class FsStore final : public Store {
   Status put(std::string_view key, std::string_view data) override;
   Status put_deferred(std::string_view key, std::string_view data) override;
   Status sync() override;
-  // Waits for the publishes under way (packs that filled up, published on threads of their
-  // own), not for the open packs, which sync() publishes. A failed one's error waits for
+  // Waits for the publishes under way (packs that filled up, published on a thread of the
+  // store's), not for the open packs, which sync() publishes. A failed one's error waits for
   // sync().
   void wait_publishes();
+  // Publishes that failed since the store opened. sync() reports a failure once, to whichever
+  // call comes first; a saver that shares the store with others compares this count from
+  // before its first put with the one after its sync() (StoreChunkSink::finish()).
+  uint64_t failed_deferred_puts() const override { return failed_publishes_.load(); }
   // 1: a put is a write into the open pack, which the reading thread that sealed the chunk
   // does itself; put threads only added switches between threads (docs/benchmarks.md,
   // "state: a save seals where it reads, and publishes off the reading threads").
@@ -138,9 +144,12 @@ class FsStore final : public Store {
   // adds its keys to the group. Deletes the temporary on error.
   Status publish(std::unique_ptr<OpenPack> p);
   void end_publish();  // counts a publish as ended and wakes a waiting sync()
-  // publish() and end_publish() on a thread of its own (here if none starts).
+  // Queues |p| for the publishing thread (started with the first; here if none starts).
   // REQUIRES: busy_ counts it.
   void publish_in_background(std::unique_ptr<OpenPack> p);
+  void publish_queued();  // the publishing thread: until stopping_ and nothing is queued
+  // publish() (an exception counts as a failed publish), then end_publish().
+  void publish_counted(std::unique_ptr<OpenPack> p);
 
   // Removes |keys| (all of one group) from the packs that hold them.
   Status delete_packed(Group& g, std::vector<std::string> keys);
@@ -166,9 +175,13 @@ class FsStore final : public Store {
   // Guarded by mu_:
   std::map<std::string, std::unique_ptr<OpenPack>, std::less<>> open_;  // by group
   std::map<std::string, std::unique_ptr<Group>, std::less<>> groups_;
-  Status publish_error_;                 // a failed publish's, until sync() reports it
-  int busy_ = 0;                         // publishes under way (a flush, or a sync(): alone)
-  std::vector<std::thread> publishers_;  // the flushes' threads, joined by wait_publishes()
+  Status publish_error_;  // a failed publish's, until sync() reports it
+  int busy_ = 0;          // publishes under way (a flush, or a sync(): alone)
+  std::deque<std::unique_ptr<OpenPack>> to_publish_;  // full packs, for the publishing thread
+  bool stopping_ = false;                             // the destructor ran
+  std::condition_variable publish_cv_;                // to_publish_ or stopping_ changed
+  std::thread publisher_;  // started with the first full pack; joined by the destructor
+  std::atomic<uint64_t> failed_publishes_{0};
 };
 
 }  // namespace cb::state

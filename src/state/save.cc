@@ -10,13 +10,15 @@ namespace cb::state {
 
 StoreChunkSink::StoreChunkSink(Store& store, const StateKeys& keys, std::string user,
                                int put_threads)
-    : store_(store), keys_(keys), user_(std::move(user)) {
+    : store_(store),
+      keys_(keys),
+      user_(std::move(user)),
+      failed_before_(store.failed_deferred_puts()) {
   if (put_threads <= 1) return;
-  // The put threads only write: the reading thread that met a chunk seals it while the chunk
-  // is still in its caches, and hands over the sealed bytes. 8 chunks a thread may wait, so
-  // that a reading thread, woken once the queue is half empty (Workers), queues several before
-  // it sleeps again: the switches between threads are a cost of their own (docs/benchmarks.md,
-  // "a save's context switches").
+  // The put threads only put what add() sealed. 8 chunks a thread may wait, so that a reading
+  // thread, woken once the queue is half empty (Workers), queues several before it sleeps
+  // again: the switches between threads are a cost of their own (docs/benchmarks.md, "a
+  // save's context switches").
   putters_ = std::make_unique<internal::Workers<Put>>(
       put_threads, size_t(put_threads) * 8,
       [this](Put& put) { return store_.put_deferred(put.key, put.sealed); });
@@ -70,7 +72,13 @@ Status StoreChunkSink::finish() {
   // The chunks were put_deferred(): one sync makes them all durable (FsStore: publishes its
   // open packs, a fdatasync each, instead of two fsyncs per chunk) before the caller commits
   // a manifest naming them.
-  return store_.sync();
+  RETURN_IF_ERROR(store_.sync());
+  // A failed publish is reported to one sync(): another saver's on the same store may have
+  // taken it, and this save's chunks may have been in that pack.
+  if (store_.failed_deferred_puts() != failed_before_) {
+    return unavailable("a pack of chunks failed to publish during this save: chunks may be lost");
+  }
+  return ok_status();
 }
 
 Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxLocation& location,

@@ -84,7 +84,7 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // of them; add() waits for room) for that many threads of its own to put. finish() waits for
 // every put:
 // every chunk added is stored only once it returned ok, so call it before committing.
-// added_stored_bytes() is complete only after finish(). Chunks go to Store::put_deferred():
+// Chunks go to Store::put_deferred():
 // none of them need be durable or visible before finish() called Store::sync().
 class StoreChunkSink final : public ChunkSink {
  public:
@@ -101,18 +101,21 @@ class StoreChunkSink final : public ChunkSink {
   Status add(const ChunkId& id, std::span<const uint8_t> plaintext) override;
 
   // Waits for the puts in flight, stops the threads and syncs the store (the chunks are put
-  // with Store::put_deferred()). Errors: the first failed put's, or the sync's.
+  // with Store::put_deferred()). Errors: the first failed put's, or the sync's; kUnavailable
+  // when a deferred put of the store failed since the sink was made, even if another
+  // saver's sync() was the one told (Store::failed_deferred_puts()).
   Status finish();
 
   uint64_t added_chunks() const { return added_chunks_; }
   uint64_t added_bytes() const { return added_bytes_; }
-  uint64_t added_stored_bytes() const { return added_stored_bytes_; }  // after finish()
+  uint64_t added_stored_bytes() const { return added_stored_bytes_; }
 
  private:
   Status stop_threads();  // the first failed put's error
   Store& store_;
   const StateKeys& keys_;
   std::string user_;
+  const uint64_t failed_before_;  // store_.failed_deferred_puts() when the sink was made
   std::unordered_set<ChunkId, ChunkIdHash> known_;
   struct Put {
     std::string key;

@@ -63,6 +63,11 @@ class Store {
   // Errors: backend errors; then those objects may be missing (never partial).
   virtual Status sync() { return ok_status(); }
 
+  // How many deferred writes failed since the store opened (FsStore: packs that did not
+  // publish). sync() reports a failure once, to the first call after it; a caller sharing the
+  // store compares this count from before its puts with the one after its sync().
+  virtual uint64_t failed_deferred_puts() const { return 0; }
+
   // How many puts a save keeps in flight (SaveOptions::put_threads 0). A remote store's puts
   // wait on round trips, so many overlap; a local one's are a file system write each.
   virtual int put_concurrency() const { return 8; }

@@ -71,6 +71,10 @@ constexpr std::string_view kSlowPageStart = "<!doctype html><html>";
 constexpr std::string_view kSlowPageRest =
     "<head><title>Slow to load</title></head><body><p>late</p></body></html>";
 
+// A page that sends the browser on to / while it is parsed: the navigation ends with /'s load.
+constexpr std::string_view kMovesOnPage =
+    "<!doctype html><html><head><script>location.replace('/')</script></head></html>";
+
 // Live processes (not zombies) whose command line names |needle|.
 std::vector<pid_t> processes_naming(const std::string& needle) {
   std::vector<pid_t> out;
@@ -130,6 +134,9 @@ struct PageServer {
     });
     router.handle("GET", "/alert-on-load", [](http::ServerRequest& req) -> asio::awaitable<void> {
       (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kAlertOnLoadPage);
+    });
+    router.handle("GET", "/moves-on", [](http::ServerRequest& req) -> asio::awaitable<void> {
+      (void)co_await http::respond(req, 200, "text/html; charset=utf-8", kMovesOnPage);
     });
     router.handle("GET", "/slow-head", [](http::ServerRequest& req) -> asio::awaitable<void> {
       http::Headers h;
@@ -331,6 +338,22 @@ TEST_CASE("BrowserTools: snapshot, click, type, press, scroll and screenshot on 
       const json args12 = json{{"url", std::string("javascript:alert(1)")}};
       ToolResult scheme = co_await call(browser, "browser_navigate", args12);
       CHECK(scheme.is_error);
+
+      // Each navigation ends with its document's load: one sent on by its script, a data: URL
+      // and about:blank too.
+      const json moves_on = json{{"url", page.url() + "moves-on"}};
+      ToolResult moved = co_await call(browser, "browser_navigate", moves_on);
+      INFO(moved.text());
+      CHECK_FALSE(moved.is_error);
+      CHECK(moved.structured["loaded"] == true);
+      CHECK(moved.text().find("title: Box test page") != std::string::npos);
+      for (const char* url : {"data:text/html,<title>Data</title>", "about:blank"}) {
+        const json args = json{{"url", std::string(url)}};
+        ToolResult r = co_await call(browser, "browser_navigate", args);
+        INFO(r.text());
+        CHECK_FALSE(r.is_error);
+        CHECK(r.structured["loaded"] == true);
+      }
 
       co_await browser.shutdown();
       CHECK(browser.browser_pid() == 0);

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
@@ -194,6 +196,35 @@ TEST_CASE("save: the record, timeline and head describe each save", "[state][uni
   auto new_target = w.restore(*w.store, w.box, second->record.snapshot_id, "new");
   REQUIRE(new_target.ok());
   CHECK(test_util::read_file(*new_target / "notes.txt") == "remember the milk and eggs\n");
+}
+
+// Two saves of one user on one store share its open pack. When that pack fails to publish,
+// sync() tells one of them; the other's finish() fails too, as its chunks were in the pack.
+TEST_CASE("save: a pack that fails to publish fails every save that shared the store",
+          "[state][unit]") {
+  World w;
+  std::filesystem::create_directories(w.dir.path() / "store/.packs");
+  { std::ofstream(w.dir.path() / "store/.packs/u1") << "in the way"; }
+  const std::string a = "chunk of the first save", b = "chunk of the second save";
+  const auto bytes = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  StoreChunkSink first(*w.store, w.keys, "u1");
+  StoreChunkSink second(*w.store, w.keys, "u1");
+  REQUIRE(first.add(w.keys.chunk_id(a), bytes(a)).ok());
+  REQUIRE(second.add(w.keys.chunk_id(b), bytes(b)).ok());
+  const Status told = first.finish();
+  CHECK(!told.ok());
+  CHECK(std::string(told.message()).find(".packs/u1") != std::string::npos);
+  const Status other = second.finish();
+  CHECK(other.code() == Code::kUnavailable);
+  CHECK(!w.store->stat(chunk_key("u1", w.keys.chunk_id(b))).ok());
+  // A save that starts after the failure is not failed by it.
+  std::filesystem::remove(w.dir.path() / "store/.packs/u1");
+  StoreChunkSink later(*w.store, w.keys, "u1");
+  REQUIRE(later.add(w.keys.chunk_id(b), bytes(b)).ok());
+  CHECK(later.finish().ok());
+  CHECK(w.store->stat(chunk_key("u1", w.keys.chunk_id(b))).ok());
 }
 
 TEST_CASE("save: files read on several threads store each distinct chunk once", "[state][unit]") {
