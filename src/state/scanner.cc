@@ -1,5 +1,6 @@
 #include "state/scanner.h"
 
+#include "base/check.h"
 #include "state/workers_internal.h"
 
 #include <algorithm>
@@ -28,6 +29,10 @@ constexpr int kReadAttempts = 3;
 // 7 * max_size bytes (about 28 chunks of the default 64 KiB average), which
 // StateKeys::chunk_ids() hashes side by side.
 constexpr size_t kBufferChunks = 8;
+// Files smaller than the largest chunk are read this many to a job, each whole into one
+// reading buffer (they fit: kBufferChunks of them), so that their chunks hash side by side
+// too: on their own, most of them are one chunk, hashed in one lane instead of four.
+constexpr size_t kGroupFiles = kBufferChunks;
 
 int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 
@@ -64,17 +69,42 @@ struct FileJob {
   std::string os_path;
 };
 
+// What a reading thread takes: one file, or up to kGroupFiles files smaller than the largest
+// chunk.
+using ReadJob = std::vector<FileJob>;
+
+// Reads |fd| from offset 0 into |out| until |want| bytes or the end of the file: the count, or
+// -1 with errno set.
+ssize_t read_from_start(int fd, uint8_t* out, size_t want) {
+  size_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(fd, out + got, want - got, off_t(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  return ssize_t(got);
+}
+
+// Whether a file read |size| bytes between the stats |before| and |after| was left alone.
+bool read_whole_unchanged(const struct stat& before, const struct stat& after, uint64_t size) {
+  return after.st_size == before.st_size && to_ns(after.st_mtim) == to_ns(before.st_mtim) &&
+         to_ns(after.st_ctim) == to_ns(before.st_ctim) && size == uint64_t(after.st_size);
+}
+
 class Scanner {
  public:
   Scanner(const ScanOptions& options, const Manifest* previous, const StateKeys& keys,
           ChunkSink& sink)
       : options_(options), previous_(previous), keys_(keys), sink_(sink) {
     if (options_.read_threads > 1) {
-      // At most 8n files wait, open, ahead of the readers: woken once the queue is half empty
-      // (Workers), the walk queues several files before it sleeps again.
-      readers_ = std::make_unique<internal::Workers<FileJob>>(
+      // At most 8n jobs wait, their files open, ahead of the readers (so up to 64n open
+      // files, most of them small): woken once the queue is half empty (Workers), the walk
+      // queues several jobs before it sleeps again.
+      readers_ = std::make_unique<internal::Workers<ReadJob>>(
           options_.read_threads, size_t(options_.read_threads) * 8,
-          [this](FileJob& job) { return read_file(job); });
+          [this](ReadJob& job) { return read_job(job); });
     }
   }
 
@@ -95,6 +125,7 @@ class Scanner {
       add_entry(make_entry(root.name, EntryKind::kDir, st));
       RETURN_IF_ERROR(walk_dir(fd.get(), root.name, root.dir));
     }
+    RETURN_IF_ERROR(submit_small_files());
     if (readers_ != nullptr) RETURN_IF_ERROR(readers_->finish());
     sort_entries(result_.manifest);
     if (Status s = validate_manifest(result_.manifest); !s.ok()) {
@@ -272,9 +303,32 @@ class Scanner {
       note(os_path + ": " + strerror(errno) + ", skipped");
       return ok_status();
     }
-    FileJob job{Fd(fd), path, os_path};
+    FileJob file{Fd(fd), path, os_path};
+    if (uint64_t(st.st_size) < options_.chunker.max_size) {
+      small_files_.push_back(std::move(file));
+      return small_files_.size() == kGroupFiles ? submit_small_files() : ok_status();
+    }
+    ReadJob job;
+    job.push_back(std::move(file));
+    return submit(job);
+  }
+
+  // Hands the small files the walk has gathered to a reading thread (or reads them).
+  Status submit_small_files() {
+    if (small_files_.empty()) return ok_status();
+    ReadJob job = std::move(small_files_);
+    small_files_.clear();
+    return submit(job);
+  }
+
+  Status submit(ReadJob& job) {
     if (readers_ != nullptr) return readers_->submit(std::move(job));
-    return read_file(job);
+    return read_job(job);
+  }
+
+  Status read_job(ReadJob& job) {
+    if (job.size() == 1) return read_file(job.front());
+    return read_small_files(job);
   }
 
   // A reading buffer of buffer_size() bytes, given back to the pool when destroyed: one per
@@ -294,6 +348,96 @@ class Scanner {
     Buffer b(buffers_.back().release(), BufferDeleter{this});
     buffers_.pop_back();
     return b;
+  }
+
+  // Reads the files of |files|, each smaller than the largest chunk, whole into one buffer;
+  // chunks them as read_file() would and hashes all their chunks at once; passes the chunks
+  // to the sink and adds the entries. A file that does not read exactly as its stat says,
+  // or changes while read, is read again alone by read_file(), which retries and notes.
+  Status read_small_files(const ReadJob& files) {
+    struct Read {
+      const FileJob* file;
+      struct stat before;
+      std::span<const uint8_t> data;
+      size_t first_chunk;  // in |batch|
+      size_t chunks;
+    };
+    std::vector<Read> reads;
+    std::vector<const FileJob*> alone;
+    std::vector<std::span<const uint8_t>> batch;
+    {
+      Buffer buffer = take_buffer();
+      size_t used = 0;
+      for (const FileJob& file : files) {
+        Read r{&file, {}, {}, batch.size(), 0};
+        if (::fstat(file.fd.get(), &r.before) != 0 || !S_ISREG(r.before.st_mode) ||
+            uint64_t(r.before.st_size) >= options_.chunker.max_size) {
+          alone.push_back(&file);
+          continue;
+        }
+        // One byte more than the stat says, to see a file that grew. Each file takes less
+        // than max_size + 1 bytes, and a job has at most kBufferChunks files.
+        const size_t want = size_t(r.before.st_size) + 1;
+        CB_CHECK(used + want <= buffer_size());
+        const ssize_t n = read_from_start(file.fd.get(), buffer.get() + used, want);
+        if (n != r.before.st_size) {
+          alone.push_back(&file);
+          continue;
+        }
+        r.data = std::span<const uint8_t>(buffer.get() + used, size_t(n));
+        used += size_t(n);
+        // The whole file is here, so its end is the stream's: the cuts ChunkReader makes.
+        for (std::span<const uint8_t> rest = r.data; !rest.empty();) {
+          const size_t cut = find_cut(rest, options_.chunker);
+          batch.push_back(rest.first(cut));
+          rest = rest.subspan(cut);
+        }
+        r.chunks = batch.size() - r.first_chunk;
+        reads.push_back(r);
+      }
+      std::vector<ChunkId> ids(batch.size());
+      keys_.chunk_ids(batch, ids);
+      for (const Read& r : reads) {
+        std::vector<ChunkRef> chunks;
+        for (size_t i = r.first_chunk; i < r.first_chunk + r.chunks; ++i) {
+          RETURN_IF_ERROR(sink_.add(ids[i], batch[i]));
+          chunks.push_back(ChunkRef{ids[i], uint32_t(batch[i].size())});
+        }
+        struct stat after;
+        if (::fstat(r.file->fd.get(), &after) != 0) {
+          return internal_error("fstat " + r.file->os_path);
+        }
+        if (!read_whole_unchanged(r.before, after, r.data.size())) {
+          alone.push_back(r.file);
+          continue;
+        }
+        {
+          std::lock_guard lock(mu_);
+          result_.stats.bytes_read += r.data.size();
+        }
+        add_file_entry(*r.file, after, r.data.size(), std::move(chunks), true);
+      }
+    }  // the buffer back before read_file() takes one
+    for (const FileJob* file : alone) RETURN_IF_ERROR(read_file(*file));
+    return ok_status();
+  }
+
+  // Adds the entry of a file read |size| bytes into |chunks|, with its stat |after| the read;
+  // unless |unchanged|, the file changed while being read.
+  void add_file_entry(const FileJob& file, const struct stat& after, uint64_t size,
+                      std::vector<ChunkRef> chunks, bool unchanged) {
+    Entry e = make_entry(file.path, EntryKind::kFile, after);
+    e.size = size;
+    e.chunks = std::move(chunks);
+    if (!unchanged) e.ctime_ns = 0;  // never matches a real ctime: the next scan reads it again
+    add_entry(std::move(e));
+    std::lock_guard lock(mu_);
+    ++result_.stats.files_read;
+    if (!unchanged && result_.notes.size() < kMaxNotes) {
+      // Still being written: kept as read (a later save catches up, since the stat recorded
+      // is the one after the read) and said.
+      result_.notes.push_back(file.os_path + ": changed while being read; saved as read");
+    }
   }
 
   // Reads, chunks and hashes the open file of |job| (and closes it), passing its chunks to
@@ -335,22 +479,9 @@ class Scanner {
       }
       struct stat after;
       if (::fstat(fd, &after) != 0) return internal_error("fstat " + os_path);
-      bool stable =
-          after.st_size == before.st_size && to_ns(after.st_mtim) == to_ns(before.st_mtim) &&
-          to_ns(after.st_ctim) == to_ns(before.st_ctim) && size == uint64_t(after.st_size);
+      const bool stable = read_whole_unchanged(before, after, size);
       if (!stable && attempt < kReadAttempts) continue;
-      Entry e = make_entry(job.path, EntryKind::kFile, after);
-      e.size = size;
-      e.chunks = std::move(chunks);
-      if (!stable) e.ctime_ns = 0;  // never matches a real ctime: the next scan reads it again
-      add_entry(std::move(e));
-      std::lock_guard lock(mu_);
-      ++result_.stats.files_read;
-      if (!stable && result_.notes.size() < kMaxNotes) {
-        // Still being written: kept as read (a later save catches up, since the stat recorded
-        // is the one after the read) and said.
-        result_.notes.push_back(os_path + ": changed while being read; saved as read");
-      }
+      add_file_entry(job, after, size, std::move(chunks), stable);
       return ok_status();
     }
   }
@@ -364,8 +495,9 @@ class Scanner {
   std::unordered_map<uint32_t, std::string> users_;   // guarded by mu_
   std::unordered_map<uint32_t, std::string> groups_;  // guarded by mu_
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;   // free reading buffers; guarded by mu_
+  ReadJob small_files_;  // gathered by the walk, not yet submitted; the walk's only
   // Last: its threads stop before the rest is destroyed.
-  std::unique_ptr<internal::Workers<FileJob>> readers_;
+  std::unique_ptr<internal::Workers<ReadJob>> readers_;
 };
 
 }  // namespace

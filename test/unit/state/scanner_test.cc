@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <string>
@@ -276,6 +278,107 @@ TEST_CASE("scan_tree: several reading threads build the manifest one thread buil
     REQUIRE(!failed.ok());
     CHECK(failed.status().code() == Code::kDataLoss);
     CHECK(std::string(failed.status().message()) == "sink refused a chunk");
+  }
+}
+
+// A file's chunk references as a scan of it alone makes them: ChunkReader's cuts, keyed ids.
+std::vector<ChunkRef> chunks_alone(const std::filesystem::path& path, const StateKeys& keys) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  ChunkReader reader(fd, kSmallChunks);
+  std::vector<ChunkRef> refs;
+  while (true) {
+    auto chunk = reader.next();
+    REQUIRE(chunk.ok());
+    if (chunk->empty()) break;
+    refs.push_back(ChunkRef{keys.chunk_id(*chunk), uint32_t(chunk->size())});
+  }
+  ::close(fd);
+  return refs;
+}
+
+TEST_CASE("scan_tree: files smaller than a chunk, read together, chunk as each alone",
+          "[state][unit]") {
+  // Files under max_size (4096 here) are read up to 8 to a job into one buffer and hashed
+  // together; sizes around min, avg and max, empty, duplicated, and larger ones between them.
+  test::TempDir dir;
+  const auto home = dir.path() / "home";
+  const size_t sizes[] = {0,    1,    255,  256,  257,  1000, 1023, 1024, 1025,
+                          2048, 4000, 4095, 4096, 4097, 9000, 3000, 3001, 12};
+  std::vector<std::filesystem::path> files;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      files.push_back(home / ("r" + std::to_string(round)) / ("f" + std::to_string(i)));
+      // Round 2 repeats round 0's contents.
+      write_file(files.back(), noise(sizes[i], round == 2 ? i : 100 * round + i), kOldMtimeNs,
+                 0600);
+    }
+  }
+  StateKeys keys = test_keys();
+  for (int threads : {1, 2}) {
+    INFO("read_threads " << threads);
+    ScanOptions options = options_for(dir);
+    options.read_threads = threads;
+    LockedSink sink;
+    auto scanned = scan_tree(options, nullptr, keys, sink);
+    REQUIRE(scanned.ok());
+    CHECK(scanned->stats.files_read == files.size());
+    CHECK(scanned->notes.empty());
+    std::set<ChunkId> expected_ids;
+    for (const auto& path : files) {
+      INFO(path.string());
+      const std::string name = "home/user/" + path.lexically_relative(home).string();
+      const Entry* e = scanned->manifest.find(name);
+      REQUIRE(e != nullptr);
+      CHECK(e->size == std::filesystem::file_size(path));
+      const std::vector<ChunkRef> expected = chunks_alone(path, keys);
+      CHECK(e->chunks == expected);
+      for (const ChunkRef& c : expected) expected_ids.insert(c.id);
+    }
+    CHECK(sink.ids == expected_ids);
+  }
+}
+
+// Appends a byte to each of |files| at its first chunk: the files change after they were read
+// and before the scan's second stat of them.
+class AppendingSink final : public ChunkSink {
+ public:
+  explicit AppendingSink(std::vector<std::filesystem::path> files) : files_(std::move(files)) {}
+  Status add(const ChunkId&, std::span<const uint8_t>) override {
+    if (++calls == 1) {
+      for (const auto& f : files_) {
+        std::ofstream(f, std::ios::app) << 'x';
+      }
+    }
+    return ok_status();
+  }
+  int calls = 0;
+
+ private:
+  std::vector<std::filesystem::path> files_;
+};
+
+TEST_CASE("scan_tree: small files that change while read together are read again alone",
+          "[state][unit]") {
+  test::TempDir dir;
+  const auto home = dir.path() / "home";
+  std::vector<std::filesystem::path> files;
+  for (int i = 0; i < 3; ++i) {
+    files.push_back(home / ("f" + std::to_string(i)));
+    write_file(files.back(), noise(500 + 1000 * i, i), kOldMtimeNs, 0600);
+  }
+  StateKeys keys = test_keys();
+  AppendingSink sink(files);
+  auto scanned = scan_tree(options_for(dir), nullptr, keys, sink);
+  REQUIRE(scanned.ok());
+  CHECK(scanned->stats.files_read == 3);
+  // Each was read again after it changed, and that read was undisturbed: no note.
+  CHECK(scanned->notes.empty());
+  for (int i = 0; i < 3; ++i) {
+    const Entry* e = scanned->manifest.find("home/user/f" + std::to_string(i));
+    REQUIRE(e != nullptr);
+    CHECK(e->size == uint64_t(500 + 1000 * i + 1));
+    CHECK(e->chunks == chunks_alone(files[i], keys));
   }
 }
 
