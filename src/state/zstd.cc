@@ -31,9 +31,22 @@ std::string zstd_compress(std::string_view data, int level) {
 
 size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, ZstdTables tables,
                             std::string& out) {
+  const size_t start = out.size();
+  out.resize(start + zstd_compress_bound(data.size()));
+  const size_t n = zstd_compress_to(data, level, format, tables,
+                                    std::span<char>(out.data() + start, out.size() - start));
+  out.resize(start + n);
+  return n;
+}
+
+size_t zstd_compress_bound(size_t size) { return ZSTD_compressBound(size); }
+
+size_t zstd_compress_to(std::string_view data, int level, ZstdFrame format, ZstdTables tables,
+                        std::span<char> out) {
   thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
   ZSTD_CCtx* c = cctx.get();
   CB_CHECK(c != nullptr);
+  CB_CHECK(out.size() >= ZSTD_compressBound(data.size()));
   // Only fail on a bad level or a too small buffer: bugs.
   CB_CHECK(!ZSTD_isError(ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters)));
   CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level)));
@@ -42,11 +55,8 @@ size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, 
     CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_hashLog, 17)));
     CB_CHECK(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_chainLog, 16)));
   }
-  const size_t start = out.size();
-  out.resize(start + ZSTD_compressBound(data.size()));
-  size_t n = ZSTD_compress2(c, out.data() + start, out.size() - start, data.data(), data.size());
+  const size_t n = ZSTD_compress2(c, out.data(), out.size(), data.data(), data.size());
   CB_CHECK(!ZSTD_isError(n));
-  out.resize(start + n);
   return n;
 }
 

@@ -5,6 +5,7 @@
 #include "base/result.h"
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,14 @@ enum class ZstdTables { kLevel, kLarge };
 // compressing straight into |out|; returns the frame's size.
 size_t zstd_compress_append(std::string_view data, int level, ZstdFrame format, ZstdTables tables,
                             std::string& out);
+
+// The most bytes a frame of |size| bytes of data can take: at least |size|.
+size_t zstd_compress_bound(size_t size);
+
+// The same frame as zstd_compress_append() makes, written to |out|, which must hold
+// zstd_compress_bound(data.size()) bytes; returns the frame's size.
+size_t zstd_compress_to(std::string_view data, int level, ZstdFrame format, ZstdTables tables,
+                        std::span<char> out);
 
 // The content of the single zstd frame |frame|, which must declare its content size and
 // decompress to exactly that many bytes, at most |max_size|.
