@@ -801,10 +801,38 @@ Result<std::optional<FsStore::Loc>> FsStore::find_packed(std::string_view key, b
   return std::optional<Loc>(it->second);
 }
 
-Status FsStore::read_packed(const Loc& loc, std::string& out) const {
-  Fd fd(::open(loc.pack->path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return errno_status("open " + loc.pack->path, errno);
-  return pread_append(fd.get(), loc.size, loc.offset, loc.pack->path, out);
+// A pack's data never changes once published (a delete writes a next index, or removes or
+// compacts the pack into another), so a descriptor reads the same bytes for as long as it is
+// open, under the PackFile it was opened for.
+struct FsStore::KeptPack {
+  std::shared_ptr<const PackFile> pack;
+  Fd fd;
+};
+
+Result<std::shared_ptr<const FsStore::KeptPack>> FsStore::kept_pack(
+    const std::shared_ptr<const PackFile>& pack) {
+  {
+    std::lock_guard lock(kept_mu_);
+    for (auto it = kept_packs_.begin(); it != kept_packs_.end(); ++it) {
+      if ((*it)->pack != pack) continue;
+      std::shared_ptr<const KeptPack> found = *it;
+      kept_packs_.erase(it);
+      kept_packs_.push_front(found);
+      return found;
+    }
+  }
+  const int fd = ::open(pack->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("open " + pack->path, errno);
+  std::shared_ptr<const KeptPack> opened(new KeptPack{pack, Fd(fd)});
+  std::lock_guard lock(kept_mu_);
+  kept_packs_.push_front(opened);
+  if (kept_packs_.size() > kKeptPacks) kept_packs_.pop_back();  // closed once no read holds it
+  return opened;
+}
+
+Status FsStore::read_packed(const Loc& loc, std::string& out) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const KeptPack> kept, kept_pack(loc.pack));
+  return pread_append(kept->fd.get(), loc.size, loc.offset, loc.pack->path, out);
 }
 
 Result<std::string> FsStore::get(std::string_view key) {

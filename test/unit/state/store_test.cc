@@ -452,6 +452,36 @@ TEST_CASE("FsStore: deleting packed objects writes indexes, compacts and removes
   CHECK(list_all(*other, "")->empty());
 }
 
+TEST_CASE("FsStore: reads keep a few packs open, and never read past a pack's deletion",
+          "[state][unit]") {
+  // 20 packs of 3 objects each (a sync() after every third): reads go round them twice, so
+  // the kept descriptors (8) turn over; then another store deletes a pack this one has open.
+  test::TempDir dir;
+  auto store = open_store(dir);
+  auto other = open_store(dir);
+  auto key = [](int i) { return fmt::format("u/chunks/{:02x}/o{}", i % 256, i); };
+  auto data = [](int i) { return std::string(100, char('a' + i % 26)) + std::to_string(i); };
+  constexpr int kObjects = 60;
+  for (int i = 0; i < kObjects; ++i) {
+    REQUIRE(store->put_deferred(key(i), data(i)).ok());
+    if (i % 3 == 2) REQUIRE(store->sync().ok());
+  }
+  REQUIRE(count_ending(pack_files(dir), ".pack") == kObjects / 3);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kObjects; ++i) {
+      INFO(key(i));
+      CHECK(*store->get(key(i)) == data(i));
+    }
+  }
+  for (int i = kObjects - 1; i >= 0; --i) CHECK(*store->get(key(i)) == data(i));
+  // key(0)'s pack (0, 1, 2), just read, deleted whole by the other store: gone here too.
+  const std::vector<std::string> first_pack{key(0), key(1), key(2)};
+  REQUIRE(other->delete_batch(first_pack).ok());
+  CHECK(count_ending(pack_files(dir), ".pack") == kObjects / 3 - 1);
+  for (int i = 0; i < 3; ++i) CHECK(store->get(key(i)).status().code() == Code::kNotFound);
+  for (int i = 3; i < kObjects; ++i) CHECK(*store->get(key(i)) == data(i));
+}
+
 TEST_CASE("FsStore: two stores deleting from one pack at once both take effect", "[state][unit]") {
   test::TempDir dir;
   auto a = open_store(dir);
