@@ -779,6 +779,10 @@ Status FsStore::refresh(Group& g, bool force) {
         }
       }
       g.keys = std::move(keys);
+      // A pack gone from the folder (deleted or compacted by another store) closes here.
+      for (const auto& [name, old] : g.packs) {
+        if (!packs.contains(name)) forget_kept_pack(old->path);
+      }
       g.packs = std::move(packs);
     }
     g.read = true;
@@ -811,8 +815,8 @@ struct FsStore::KeptPack {
 
 Result<std::shared_ptr<const FsStore::KeptPack>> FsStore::kept_pack(
     const std::shared_ptr<const PackFile>& pack) {
-  {
-    std::lock_guard lock(kept_mu_);
+  // The first kept for |pack|, moved to the front; null if none.
+  auto take_kept = [&]() -> std::shared_ptr<const KeptPack> {
     for (auto it = kept_packs_.begin(); it != kept_packs_.end(); ++it) {
       if ((*it)->pack != pack) continue;
       std::shared_ptr<const KeptPack> found = *it;
@@ -820,14 +824,38 @@ Result<std::shared_ptr<const FsStore::KeptPack>> FsStore::kept_pack(
       kept_packs_.push_front(found);
       return found;
     }
+    return nullptr;
+  };
+  {
+    std::lock_guard lock(kept_mu_);
+    if (auto found = take_kept()) return found;
   }
   const int fd = ::open(pack->path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno_status("open " + pack->path, errno);
   std::shared_ptr<const KeptPack> opened(new KeptPack{pack, Fd(fd)});
+  std::shared_ptr<const KeptPack> evicted;  // closed after the lock: the last close of a
+                                            // deleted pack frees its blocks
   std::lock_guard lock(kept_mu_);
+  if (auto found = take_kept()) return found;  // another thread opened it meanwhile
   kept_packs_.push_front(opened);
-  if (kept_packs_.size() > kKeptPacks) kept_packs_.pop_back();  // closed once no read holds it
+  if (kept_packs_.size() > kKeptPacks) {
+    evicted = std::move(kept_packs_.back());
+    kept_packs_.pop_back();
+  }
   return opened;
+}
+
+void FsStore::forget_kept_pack(std::string_view path) {
+  std::vector<std::shared_ptr<const KeptPack>> forgotten;  // closed after the lock
+  std::lock_guard lock(kept_mu_);
+  for (auto it = kept_packs_.begin(); it != kept_packs_.end();) {
+    if ((*it)->pack->path == path) {
+      forgotten.push_back(std::move(*it));
+      it = kept_packs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 Status FsStore::read_packed(const Loc& loc, std::string& out) {
@@ -1015,6 +1043,7 @@ Status FsStore::delete_from_pack(Group& g, const PackFile& pack,
   if (index.entries.empty()) {
     // The pack first: its older indexes without it name nothing.
     if (::unlink(pack.path.c_str()) != 0) return errno_status("unlink " + pack.path, errno);
+    forget_kept_pack(pack.path);
     RETURN_IF_ERROR(sync_dirs(g.dir, none));
     for (uint64_t old = 1; old <= gen; ++old) ::unlink(index_path(g.dir, pack.name, old).c_str());
     return ok_status();
@@ -1035,6 +1064,7 @@ Status FsStore::delete_from_pack(Group& g, const PackFile& pack,
   if (index.live_bytes() * 2 < index.data_size) {
     RETURN_IF_ERROR(compact(g, fd.get(), pack, index));
     if (::unlink(pack.path.c_str()) != 0) return errno_status("unlink " + pack.path, errno);
+    forget_kept_pack(pack.path);
     RETURN_IF_ERROR(sync_dirs(g.dir, none));
     for (uint64_t old = gen; old <= gen + 1; ++old) {
       if (old > 0) ::unlink(index_path(g.dir, pack.name, old).c_str());

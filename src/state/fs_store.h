@@ -51,6 +51,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -144,6 +145,9 @@ class FsStore final : public Store {
   // restore reads many objects of each pack, and opening the pack for each was 2 of a get's 5
   // system calls. Errors: kNotFound when the pack is gone, as open(2)'s.
   Result<std::shared_ptr<const KeptPack>> kept_pack(const std::shared_ptr<const PackFile>& pack);
+  // Closes the kept descriptors of the pack at |path| (once no read holds them): it was
+  // deleted, by this store or, as refresh() finds, by another.
+  void forget_kept_pack(std::string_view path);
 
   // Waits for p's writes, appends its index, syncs, renames it into its group's folder and
   // adds its keys to the group. Deletes the temporary on error.
@@ -187,7 +191,8 @@ class FsStore final : public Store {
   std::condition_variable publish_cv_;                // to_publish_ or stopping_ changed
   std::thread publisher_;  // started with the first full pack; joined by the destructor
   std::atomic<uint64_t> failed_publishes_{0};
-  // At most this many: a pack deleted meanwhile keeps its space until it leaves the list.
+  // At most this many. A pack this store deletes is closed at once; one another store
+  // deletes, when this one next reads the pack's folder.
   static constexpr size_t kKeptPacks = 8;
   std::mutex kept_mu_;
   std::deque<std::shared_ptr<const KeptPack>> kept_packs_;  // last used first; kept_mu_

@@ -33,6 +33,7 @@ constexpr size_t kBufferChunks = 8;
 // reading buffer (they fit: kBufferChunks of them), so that their chunks hash side by side
 // too: on their own, most of them are one chunk, hashed in one lane instead of four.
 constexpr size_t kGroupFiles = kBufferChunks;
+static_assert(kGroupFiles <= kBufferChunks, "a group's files, each under max_size, fit a buffer");
 
 int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 
@@ -87,6 +88,15 @@ ssize_t read_from_start(int fd, uint8_t* out, size_t want) {
   return ssize_t(got);
 }
 
+// Out of descriptors is the scan's error, not the file's: skipping the file (or, for a folder,
+// its subtree) would save a snapshot without it.
+Status open_error(const std::string& os_path, int err) {
+  if (err == EMFILE || err == ENFILE) {
+    return resource_exhausted("open " + os_path + ": " + strerror(err));
+  }
+  return ok_status();
+}
+
 // Whether a file read |size| bytes between the stats |before| and |after| was left alone.
 bool read_whole_unchanged(const struct stat& before, const struct stat& after, uint64_t size) {
   return after.st_size == before.st_size && to_ns(after.st_mtim) == to_ns(before.st_mtim) &&
@@ -99,11 +109,12 @@ class Scanner {
           ChunkSink& sink)
       : options_(options), previous_(previous), keys_(keys), sink_(sink) {
     if (options_.read_threads > 1) {
-      // At most 8n jobs wait, their files open, ahead of the readers (so up to 64n open
-      // files, most of them small): woken once the queue is half empty (Workers), the walk
-      // queues several jobs before it sleeps again.
+      // At most 2n jobs wait, their files open, ahead of the readers: with the n being read
+      // and the walk's gathering, up to 24n + 7 files open (a job holds up to kGroupFiles).
+      // Woken once the queue is half empty (Workers), the walk queues several jobs before it
+      // sleeps again.
       readers_ = std::make_unique<internal::Workers<ReadJob>>(
-          options_.read_threads, size_t(options_.read_threads) * 8,
+          options_.read_threads, size_t(options_.read_threads) * 2,
           [this](ReadJob& job) { return read_job(job); });
     }
   }
@@ -241,7 +252,9 @@ class Scanner {
       if (S_ISDIR(st.st_mode)) {
         Fd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (sub.get() < 0) {
-          note(os_path + ": " + strerror(errno) + ", skipped");
+          const int err = errno;
+          RETURN_IF_ERROR(open_error(os_path, err));
+          note(os_path + ": " + strerror(err) + ", skipped");
           continue;
         }
         if (::fstat(sub.get(), &st) != 0) {
@@ -300,7 +313,9 @@ class Scanner {
       fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0) {
-      note(os_path + ": " + strerror(errno) + ", skipped");
+      const int err = errno;
+      RETURN_IF_ERROR(open_error(os_path, err));
+      note(os_path + ": " + strerror(err) + ", skipped");
       return ok_status();
     }
     FileJob file{Fd(fd), path, os_path};
@@ -332,7 +347,7 @@ class Scanner {
   }
 
   // A reading buffer of buffer_size() bytes, given back to the pool when destroyed: one per
-  // file being read, reused from file to file.
+  // job being read, reused from job to job.
   struct BufferDeleter {
     Scanner* scanner;
     void operator()(uint8_t* p) const {

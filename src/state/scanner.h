@@ -5,7 +5,8 @@
 // (size, mtime, ctime or inode differ, or the file was modified within racy_window_ns of the
 // previous scan's start, when an equal mtime proves nothing). An unchanged file keeps its
 // previous chunk list without being opened. Every chunk of every file it reads goes to a
-// ChunkSink as it is cut, so a save stores chunks while it scans.
+// ChunkSink as soon as it is hashed (a large file's a buffer at a time, a group of small
+// files' together), so a save stores chunks while it scans.
 //
 // Thread-safety: scan_tree() is reentrant. The walk runs on the calling thread; regular files
 // are read, chunked and hashed there too, or with ScanOptions::read_threads > 1 on that many
@@ -42,8 +43,9 @@ struct ScanOptions {
   // if its stat is unchanged: file systems stamp mtimes with a coarse clock, so a write in
   // the same tick as the previous scan's read leaves the stat equal.
   int64_t racy_window_ns = 2'000'000'000;
-  // Files read at once, each on its own thread (1: on the calling thread). More than one
-  // needs a ChunkSink whose add() may run on several threads at once. Hashing is serial
+  // Threads reading files at once (1: the calling thread reads), each a file, or up to 8
+  // files under the largest chunk's size, at a time. More than one needs a ChunkSink whose
+  // add() may run on several threads at once. Hashing is serial
   // within a file, and on the walking thread it left the sealing threads idle while it
   // hashed incompressible data (save_snapshot() sets this from SaveOptions::read_threads).
   int read_threads = 1;

@@ -11,9 +11,11 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <vector>
@@ -337,6 +339,51 @@ TEST_CASE("scan_tree: files smaller than a chunk, read together, chunk as each a
     }
     CHECK(sink.ids == expected_ids);
   }
+}
+
+TEST_CASE("scan_tree: a small file waits for its group; a large one after it is read first",
+          "[state][unit]") {
+  // On the walking thread (read_threads 1): "a" (under max_size) waits in a group that the
+  // walk's end hands over, "b" is read when the walk meets it.
+  test::TempDir dir;
+  const auto home = dir.path() / "home";
+  write_file(home / "a", noise(100, 1), kOldMtimeNs, 0600);
+  write_file(home / "b", noise(10000, 2), kOldMtimeNs, 0600);
+  StateKeys keys = test_keys();
+  CountingSink sink;
+  REQUIRE(scan_tree(options_for(dir), nullptr, keys, sink).ok());
+  REQUIRE(sink.ids.size() > 2);
+  CHECK(sink.ids.back() == keys.chunk_id(noise(100, 1)));
+  CHECK(sink.bytes == 10100);
+}
+
+TEST_CASE("scan_tree: running out of descriptors fails the scan instead of skipping files",
+          "[state][unit]") {
+  test::TempDir dir;
+  const auto home = dir.path() / "home";
+  for (int i = 0; i < 40; ++i) {
+    write_file(home / ("d" + std::to_string(i % 4)) / ("f" + std::to_string(i)), noise(50, i),
+               kOldMtimeNs, 0600);
+  }
+  StateKeys keys = test_keys();
+  // In a child, whose descriptor limit is a few above what it has open: the gathered small
+  // files and the walk's folders need more.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    size_t open = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+      ++open;
+    const struct rlimit limit { open + 4, open + 4 };
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(3);
+    CountingSink sink;
+    auto scanned = scan_tree(options_for(dir), nullptr, keys, sink);
+    ::_exit(scanned.ok() ? 1 : scanned.status().code() == Code::kResourceExhausted ? 0 : 2);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 // Appends a byte to each of |files| at its first chunk: the files change after they were read

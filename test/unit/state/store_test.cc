@@ -452,10 +452,18 @@ TEST_CASE("FsStore: deleting packed objects writes indexes, compacts and removes
   CHECK(list_all(*other, "")->empty());
 }
 
-TEST_CASE("FsStore: reads keep a few packs open, and never read past a pack's deletion",
+// Descriptors open in this process.
+size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST_CASE("FsStore: reads keep 8 packs open, and close a pack when it is deleted",
           "[state][unit]") {
-  // 20 packs of 3 objects each (a sync() after every third): reads go round them twice, so
-  // the kept descriptors (8) turn over; then another store deletes a pack this one has open.
+  // 20 packs of 3 objects each (a sync() after every third): reads go round them, so the
+  // kept descriptors turn over; then packs this store has open are deleted, by another store
+  // and by this one.
   test::TempDir dir;
   auto store = open_store(dir);
   auto other = open_store(dir);
@@ -467,6 +475,7 @@ TEST_CASE("FsStore: reads keep a few packs open, and never read past a pack's de
     if (i % 3 == 2) REQUIRE(store->sync().ok());
   }
   REQUIRE(count_ending(pack_files(dir), ".pack") == kObjects / 3);
+  const size_t before = open_fds();
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kObjects; ++i) {
       INFO(key(i));
@@ -474,12 +483,19 @@ TEST_CASE("FsStore: reads keep a few packs open, and never read past a pack's de
     }
   }
   for (int i = kObjects - 1; i >= 0; --i) CHECK(*store->get(key(i)) == data(i));
-  // key(0)'s pack (0, 1, 2), just read, deleted whole by the other store: gone here too.
+  CHECK(open_fds() == before + 8);  // the last 8 packs read: those of key(0) to key(23)
+  // key(0)'s pack, deleted whole by the other store: gone here too, and closed.
   const std::vector<std::string> first_pack{key(0), key(1), key(2)};
   REQUIRE(other->delete_batch(first_pack).ok());
   CHECK(count_ending(pack_files(dir), ".pack") == kObjects / 3 - 1);
   for (int i = 0; i < 3; ++i) CHECK(store->get(key(i)).status().code() == Code::kNotFound);
-  for (int i = 3; i < kObjects; ++i) CHECK(*store->get(key(i)) == data(i));
+  CHECK(open_fds() == before + 7);
+  // key(3)'s pack, deleted whole by this store: closed at once.
+  const std::vector<std::string> second_pack{key(3), key(4), key(5)};
+  REQUIRE(store->delete_batch(second_pack).ok());
+  CHECK(open_fds() == before + 6);
+  for (int i = 6; i < kObjects; ++i) CHECK(*store->get(key(i)) == data(i));
+  CHECK(open_fds() == before + 8);
 }
 
 TEST_CASE("FsStore: two stores deleting from one pack at once both take effect", "[state][unit]") {
