@@ -82,10 +82,9 @@ Result<SaveResult> save_snapshot(Store& store, const StateKeys& keys, const BoxL
 // stat, the compressing and the sealing run on the calling thread. With put_threads <= 1 the
 // put does too; with put_threads > 1 the sink queues the sealed chunk (at most 8 * put_threads
 // of them; add() waits for room) for that many threads of its own to put. finish() waits for
-// every put:
-// every chunk added is stored only once it returned ok, so call it before committing.
-// Chunks go to Store::put_deferred():
-// none of them need be durable or visible before finish() called Store::sync().
+// every put: every chunk added is stored only once it returned ok, so call it before
+// committing. Chunks go to Store::put_deferred(): none of them need be durable or visible
+// before finish() called Store::sync().
 class StoreChunkSink final : public ChunkSink {
  public:
   // |store| and |keys| are not owned and must outlive the sink.

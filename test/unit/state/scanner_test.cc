@@ -371,9 +371,7 @@ TEST_CASE("scan_tree: running out of descriptors fails the scan instead of skipp
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    size_t open = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
-      ++open;
+    const size_t open = test_util::open_fds();
     const struct rlimit limit { open + 4, open + 4 };
     if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(3);
     CountingSink sink;

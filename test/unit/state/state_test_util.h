@@ -39,6 +39,14 @@ inline void write_file(const std::filesystem::path& p, const std::string& conten
   set_mtime(p, mtime_ns);
 }
 
+// Descriptors this process has open (the count's own directory stream included, as in every
+// count).
+inline size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
 inline std::string read_file(const std::filesystem::path& p) {
   std::string out;
   int fd = ::open(p.c_str(), O_RDONLY);

@@ -1,5 +1,6 @@
 #include "state/fs_store.h"
 #include "support/temp_dir.h"
+#include "unit/state/state_test_util.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -452,13 +453,6 @@ TEST_CASE("FsStore: deleting packed objects writes indexes, compacts and removes
   CHECK(list_all(*other, "")->empty());
 }
 
-// Descriptors open in this process.
-size_t open_fds() {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
-  return n;
-}
-
 TEST_CASE("FsStore: reads keep 8 packs open, and close a pack when it is deleted",
           "[state][unit]") {
   // 20 packs of 3 objects each (a sync() after every third): reads go round them, so the
@@ -475,6 +469,7 @@ TEST_CASE("FsStore: reads keep 8 packs open, and close a pack when it is deleted
     if (i % 3 == 2) REQUIRE(store->sync().ok());
   }
   REQUIRE(count_ending(pack_files(dir), ".pack") == kObjects / 3);
+  using test_util::open_fds;
   const size_t before = open_fds();
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kObjects; ++i) {
