@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstring>
 #include <dirent.h>
+#include <fcntl.h>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -256,6 +257,37 @@ int kill_profile_processes(const fs::path& profile) {
   return killed;
 }
 
+// Chromium's singleton socket lives in a folder of its own under /tmp
+// ("org.chromium.Chromium.XXXXXX"), linked from the profile's SingletonSocket and
+// SingletonCookie; Chromium removes it only when it exits cleanly, and a browser here is always
+// killed, so every start left one behind in the box's /tmp. Removes that folder and the
+// profile's singleton links. The link is the box user's to write, so nothing it names is
+// followed: only the two entries Chromium puts there are unlinked, in a folder of that name
+// directly under /tmp opened without following a symlink, and then the folder if empty.
+void remove_singleton_files(const fs::path& profile) {
+  if (profile.empty()) return;
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(profile / "SingletonSocket", ec);
+  const fs::path folder = target.parent_path();
+  if (!ec && target.filename() == "SingletonSocket" && folder.parent_path() == "/tmp" &&
+      folder.filename().string().starts_with("org.chromium.Chromium.")) {
+    const int tmp = ::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tmp >= 0) {
+      const std::string name = folder.filename().string();
+      const int dir = ::openat(tmp, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (dir >= 0) {
+        for (const char* f : {"SingletonSocket", "SingletonCookie"}) (void)::unlinkat(dir, f, 0);
+        ::close(dir);
+        (void)::unlinkat(tmp, name.c_str(), AT_REMOVEDIR);  // fails if anything else is in it
+      }
+      ::close(tmp);
+    }
+  }
+  for (const char* f :
+       {"DevToolsActivePort", "SingletonLock", "SingletonSocket", "SingletonCookie"})
+    fs::remove(profile / f, ec);
+}
+
 std::string find_chromium(const std::string& configured) {
   if (!configured.empty()) return configured;
   for (std::string_view dir :
@@ -430,6 +462,7 @@ void BrowserTools::kill_now() {
   cdp_.reset();
   if (process_) (void)process_->kill_group();
   kill_profile_processes(profile_);
+  remove_singleton_files(profile_);
 }
 
 asio::awaitable<void> BrowserTools::shutdown() {
@@ -456,6 +489,7 @@ asio::awaitable<void> BrowserTools::lost() {
     log_lost(status.ok() ? status->to_string() : std::string(status.status().message()));
     (void)process_->kill_group();  // helpers left in the group
     kill_profile_processes(profile_);
+    remove_singleton_files(profile_);
     process_.reset();
     refs_.clear();
     refs_gone_ = "the browser restarted";
@@ -510,10 +544,7 @@ asio::awaitable<Status> BrowserTools::start() {
   // it and exit): kill it, and drop its singleton files and its old port.
   if (int n = kill_profile_processes(profile); n > 0)
     log::warn("browser: killed processes left on the profile", {{"count", n}});
-  std::error_code ec;
-  for (const char* f :
-       {"DevToolsActivePort", "SingletonLock", "SingletonSocket", "SingletonCookie"})
-    fs::remove(profile / f, ec);
+  remove_singleton_files(profile);
   const fs::path log_path = profile / "cocoonbox-chromium.log";
 
   proc::SpawnOptions o;

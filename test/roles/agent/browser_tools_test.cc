@@ -107,6 +107,19 @@ bool all_gone(const std::string& needle) {
   return processes_naming(needle).empty();
 }
 
+// The folder under /tmp that a running Chromium's singleton socket is in, which the profile's
+// SingletonSocket links to; empty if there is no such link.
+std::filesystem::path singleton_folder(const std::filesystem::path& profile) {
+  std::error_code ec;
+  const auto target = std::filesystem::read_symlink(profile / "SingletonSocket", ec);
+  return ec ? std::filesystem::path() : target.parent_path();
+}
+
+bool left_on_disk(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found;
+}
+
 uid_t uid_of(pid_t pid) {
   std::ifstream f(fmt::format("/proc/{}/status", pid));
   std::string line;
@@ -202,6 +215,7 @@ TEST_CASE("BrowserTools: snapshot, click, type, press, scroll and screenshot on 
   asio::io_context io;
   PageServer page(io);
   pid_t browser_pid = 0;
+  std::filesystem::path singleton;
   {
     BrowserTools browser(io.get_executor(), f.config);
     run_sync(io, [&]() -> asio::awaitable<void> {
@@ -223,6 +237,10 @@ TEST_CASE("BrowserTools: snapshot, click, type, press, scroll and screenshot on 
       std::string port_line;
       REQUIRE(std::getline(port_file, port_line));
       CHECK(std::stoi(port_line) > 0);
+      // Chromium's singleton socket is in a folder of its own under /tmp.
+      singleton = singleton_folder(f.profile);
+      CHECK(singleton.parent_path() == "/tmp");
+      CHECK(left_on_disk(singleton));
 
       const json args1 = json{{"ref", std::string("e1")}};
 
@@ -370,8 +388,12 @@ TEST_CASE("BrowserTools: snapshot, click, type, press, scroll and screenshot on 
       co_await page.server.shutdown(net::after(2s));
     }());
   }
-  // Every Chromium process of the profile is gone (killed, not merely orphaned).
+  // Every Chromium process of the profile is gone (killed, not merely orphaned), and so is
+  // the folder of its singleton socket, which a killed Chromium does not remove itself.
   CHECK(all_gone(f.profile.string()));
+  CHECK_FALSE(singleton.empty());
+  CHECK_FALSE(left_on_disk(singleton));
+  CHECK_FALSE(left_on_disk(f.profile / "SingletonSocket"));
 }
 
 TEST_CASE("BrowserTools: a browser that died is started again and old refs are refused",
@@ -379,6 +401,7 @@ TEST_CASE("BrowserTools: a browser that died is started again and old refs are r
   Fixture f;
   asio::io_context io;
   PageServer page(io);
+  std::vector<std::filesystem::path> singletons;  // each browser's, as it ran
   {
     BrowserTools browser(io.get_executor(), f.config);
     run_sync(io, [&]() -> asio::awaitable<void> {
@@ -390,6 +413,7 @@ TEST_CASE("BrowserTools: a browser that died is started again and old refs are r
       const std::string button = ref_of(snap.text(), "button \"Greet\"");
       REQUIRE_FALSE(button.empty());
       const pid_t first = browser.browser_pid();
+      singletons.push_back(singleton_folder(f.profile));
       REQUIRE(::kill(first, SIGKILL) == 0);
 
       const json args14 = json{{"url", page.url()}};
@@ -400,6 +424,9 @@ TEST_CASE("BrowserTools: a browser that died is started again and old refs are r
       CHECK_FALSE(again.is_error);
       CHECK(browser.browser_pid() > 0);
       CHECK(browser.browser_pid() != first);
+      // The dead browser's singleton folder went when it was found dead.
+      CHECK_FALSE(left_on_disk(singletons.front()));
+      singletons.push_back(singleton_folder(f.profile));
       const json args15 = json{{"ref", button}};
       ToolResult stale = co_await call(browser, "browser_click", args15);
       CHECK(stale.is_error);
@@ -409,6 +436,11 @@ TEST_CASE("BrowserTools: a browser that died is started again and old refs are r
     // The destructor kills the browser without shutdown().
   }
   CHECK(all_gone(f.profile.string()));
+  REQUIRE(singletons.size() == 2);
+  for (const auto& folder : singletons) {
+    CHECK_FALSE(folder.empty());
+    CHECK_FALSE(left_on_disk(folder));
+  }
 }
 
 TEST_CASE("BrowserTools: JavaScript dialogs are reported and answered, never left to hang",
@@ -574,6 +606,21 @@ TEST_CASE("BrowserTools: Chromium does not outlive an agent killed with SIGKILL"
     for (pid_t p : processes_naming(f.profile.string())) ::kill(p, SIGKILL);
     all_gone(f.profile.string());
   }
+  // The killed browser left its singleton folder under /tmp; the next start on the profile
+  // removes it.
+  const std::filesystem::path left = singleton_folder(f.profile);
+  REQUIRE_FALSE(left.empty());
+  CHECK(left_on_disk(left));
+  asio::io_context io;
+  BrowserTools browser(io.get_executor(), f.config);
+  run_sync(io, [&]() -> asio::awaitable<void> {
+    const json blank = json{{"url", std::string("about:blank")}};
+    auto r = co_await browser.call("browser_navigate", blank);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->is_error);
+    CHECK_FALSE(left_on_disk(left));
+    co_await browser.shutdown();
+  }());
 }
 
 TEST_CASE("render_snapshot: roles, names, states, refs and the cap", "[agent][browser][unit]") {
