@@ -33,6 +33,12 @@ constexpr size_t kBufferChunks = 8;
 // reading buffer (they fit: kBufferChunks of them), so that their chunks hash side by side
 // too: on their own, most of them are one chunk, hashed in one lane instead of four.
 constexpr size_t kGroupFiles = kBufferChunks;
+// What the walk asks the kernel to read ahead of each file it queues: the whole of a small
+// file, the start of a large one (the reading thread's sequential reads bring the rest).
+// A first save of scripts/bench state's tree with the page cache emptied just before took
+// 5.84-6.72 s without it and 5.31-5.58 s with it (three interleaved runs each, 2026-12-02),
+// and the same with the tree in the cache (4.54-4.63 s against 4.54-4.66 s).
+constexpr off_t kPrefetchBytes = off_t(4) << 20;
 static_assert(kGroupFiles <= kBufferChunks, "a group's files, each under max_size, fit a buffer");
 
 int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
@@ -318,6 +324,10 @@ class Scanner {
       note(os_path + ": " + strerror(err) + ", skipped");
       return ok_status();
     }
+    // The file waits in the queue behind the jobs being read: the disk fetches its first bytes
+    // meanwhile, instead of a reading thread waiting for them (a hint; its failure changes
+    // nothing). A file already in the page cache costs a lookup.
+    (void)::posix_fadvise(fd, 0, std::min<off_t>(st.st_size, kPrefetchBytes), POSIX_FADV_WILLNEED);
     FileJob file{Fd(fd), path, os_path};
     if (uint64_t(st.st_size) < options_.chunker.max_size) {
       small_files_.push_back(std::move(file));
