@@ -15,7 +15,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <vector>
 
@@ -257,23 +259,71 @@ int kill_profile_processes(const fs::path& profile) {
   return killed;
 }
 
+// The calling thread's file system identity switched to |user|'s while alive (setfsuid(2),
+// setfsgid(2) and, by the raw system call, which changes only this thread, its supplementary
+// groups), when the agent switches users: the browser's profile is the box user's, and so are
+// the links in it, so what the agent does there as root could otherwise reach through a link
+// what the user cannot (a non-zero fsuid also drops root's file capabilities). Only for
+// synchronous code: a coroutine suspended inside one would leave another to run on this
+// thread with the user's identity.
+class UserFsScope {
+ public:
+  explicit UserFsScope(const std::optional<ExecUser>& user) {
+    if (!user.has_value() || !user->switch_user) return;
+    const int n = ::getgroups(0, nullptr);
+    if (n >= 0) {
+      saved_groups_.resize(size_t(n));
+      if (::getgroups(n, saved_groups_.data()) != n) saved_groups_.clear();
+    }
+    const std::vector<gid_t>& groups = user->account.groups;
+    ok_ = ::syscall(SYS_setgroups, groups.size(), groups.data()) == 0;
+    (void)::setfsgid(user->account.gid);
+    (void)::setfsuid(user->account.uid);
+    // setfsuid(2) reports no error: asking again returns the identity in effect.
+    ok_ = ok_ && ::setfsuid(user->account.uid) == int(user->account.uid) &&
+          ::setfsgid(user->account.gid) == int(user->account.gid);
+    active_ = true;
+  }
+  ~UserFsScope() {
+    if (!active_) return;
+    (void)::setfsuid(::geteuid());
+    (void)::setfsgid(::getegid());
+    (void)::syscall(SYS_setgroups, saved_groups_.size(), saved_groups_.data());
+  }
+  UserFsScope(const UserFsScope&) = delete;
+  UserFsScope& operator=(const UserFsScope&) = delete;
+
+  // False when the switch did not take: the caller must not touch the user's paths then.
+  bool ok() const { return !active_ || ok_; }
+
+ private:
+  bool active_ = false;
+  bool ok_ = false;
+  std::vector<gid_t> saved_groups_;
+};
+
 // Chromium's singleton socket lives in a folder of its own under /tmp
 // ("org.chromium.Chromium.XXXXXX"), linked from the profile's SingletonSocket and
 // SingletonCookie; Chromium removes it only when it exits cleanly, and a browser here is always
 // killed, so every start left one behind in the box's /tmp. Removes that folder and the
-// profile's singleton links. The link is the box user's to write, so nothing it names is
-// followed: only the two entries Chromium puts there are unlinked, in a folder of that name
-// directly under /tmp opened without following a symlink, and then the folder if empty.
-void remove_singleton_files(const fs::path& profile) {
+// profile's singleton links, as |user| (UserFsScope). The link is the box user's to write, so
+// nothing it names is followed: only the two entries Chromium puts there are unlinked, in a
+// folder of that name (Google Chrome's name too) directly under /tmp opened without following a
+// symlink, and then the folder if empty.
+void remove_singleton_files(const fs::path& profile, const std::optional<ExecUser>& user) {
   if (profile.empty()) return;
+  UserFsScope as_user(user);
+  if (!as_user.ok()) return;
   std::error_code ec;
   const fs::path target = fs::read_symlink(profile / "SingletonSocket", ec);
   const fs::path folder = target.parent_path();
+  const std::string folder_name = folder.filename().string();
   if (!ec && target.filename() == "SingletonSocket" && folder.parent_path() == "/tmp" &&
-      folder.filename().string().starts_with("org.chromium.Chromium.")) {
+      (folder_name.starts_with("org.chromium.Chromium.") ||
+       folder_name.starts_with("com.google.Chrome."))) {
     const int tmp = ::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (tmp >= 0) {
-      const std::string name = folder.filename().string();
+      const std::string& name = folder_name;
       const int dir = ::openat(tmp, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (dir >= 0) {
         for (const char* f : {"SingletonSocket", "SingletonCookie"}) (void)::unlinkat(dir, f, 0);
@@ -302,8 +352,14 @@ std::string find_chromium(const std::string& configured) {
 }
 
 // Creates |dir| and missing parents below |stop| (which must exist) owned by |user| when
-// the agent switches users, mode 0700.
+// the agent switches users, mode 0700: as the user (UserFsScope), so that a link the user put
+// in the path leads nowhere the user could not create a folder themselves.
 Status make_owned_dirs(const fs::path& dir, const fs::path& stop, const ExecUser& user) {
+  const std::optional<ExecUser> owner(user);
+  UserFsScope as_user(owner);
+  if (!as_user.ok())
+    return failed_precondition(fmt::format("could not take the identity of {} to create {}",
+                                           user.account.name, dir.string()));
   std::vector<fs::path> missing;
   for (fs::path p = dir; !p.empty() && p != stop && p != p.parent_path(); p = p.parent_path()) {
     std::error_code ec;
@@ -314,8 +370,6 @@ Status make_owned_dirs(const fs::path& dir, const fs::path& stop, const ExecUser
     if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST)
       return failed_precondition(
           fmt::format("creating {}: {}", it->string(), std::strerror(errno)));
-    if (user.switch_user && ::chown(it->c_str(), user.account.uid, user.account.gid) != 0)
-      return failed_precondition(fmt::format("chown {}: {}", it->string(), std::strerror(errno)));
   }
   return {};
 }
@@ -462,7 +516,7 @@ void BrowserTools::kill_now() {
   cdp_.reset();
   if (process_) (void)process_->kill_group();
   kill_profile_processes(profile_);
-  remove_singleton_files(profile_);
+  remove_singleton_files(profile_, profile_user_);
 }
 
 asio::awaitable<void> BrowserTools::shutdown() {
@@ -489,7 +543,7 @@ asio::awaitable<void> BrowserTools::lost() {
     log_lost(status.ok() ? status->to_string() : std::string(status.status().message()));
     (void)process_->kill_group();  // helpers left in the group
     kill_profile_processes(profile_);
-    remove_singleton_files(profile_);
+    remove_singleton_files(profile_, profile_user_);
     process_.reset();
     refs_.clear();
     refs_gone_ = "the browser restarted";
@@ -540,11 +594,13 @@ asio::awaitable<Status> BrowserTools::start() {
   profile = profile.lexically_normal();
   if (Status s = make_owned_dirs(profile, stop, *user); !s.ok()) co_return s;
   profile_ = profile;
+  profile_user_.reset();
+  if (user->switch_user) profile_user_ = *user;
   // A browser left by a crashed agent holds the profile (Chromium would hand our start over to
   // it and exit): kill it, and drop its singleton files and its old port.
   if (int n = kill_profile_processes(profile); n > 0)
     log::warn("browser: killed processes left on the profile", {{"count", n}});
-  remove_singleton_files(profile);
+  remove_singleton_files(profile, profile_user_);
   const fs::path log_path = profile / "cocoonbox-chromium.log";
 
   proc::SpawnOptions o;

@@ -179,6 +179,9 @@ class BrowserTools final : public ToolSet {
   net::Executor executor_;
   BrowserConfig config_;
   std::filesystem::path profile_;
+  // The account whose file system identity cleans the profile (UserFsScope in the .cc), once
+  // start() resolved it; empty when the agent does not switch users.
+  std::optional<ExecUser> profile_user_;
   std::optional<proc::Process> process_;
   std::unique_ptr<cdp::Connection> cdp_;
   uint16_t port_ = 0;

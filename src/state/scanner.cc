@@ -327,7 +327,9 @@ class Scanner {
     // The file waits in the queue behind the jobs being read: the disk fetches its first bytes
     // meanwhile, instead of a reading thread waiting for them (a hint; its failure changes
     // nothing). A file already in the page cache costs a lookup.
-    (void)::posix_fadvise(fd, 0, std::min<off_t>(st.st_size, kPrefetchBytes), POSIX_FADV_WILLNEED);
+    if (st.st_size > 0)  // a length of 0 would mean the whole file
+      (void)::posix_fadvise(fd, 0, std::min<off_t>(st.st_size, kPrefetchBytes),
+                            POSIX_FADV_WILLNEED);
     FileJob file{Fd(fd), path, os_path};
     if (uint64_t(st.st_size) < options_.chunker.max_size) {
       small_files_.push_back(std::move(file));

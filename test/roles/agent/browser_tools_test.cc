@@ -623,6 +623,69 @@ TEST_CASE("BrowserTools: Chromium does not outlive an agent killed with SIGKILL"
   }());
 }
 
+TEST_CASE(
+    "BrowserTools: the profile's singleton link never lets the agent remove what the "
+    "browser's user could not",
+    "[agent][browser][integration]") {
+  Fixture f;
+  if (f.expected_uid == ::geteuid()) {
+    WARN("needs root and the nobody account: the agent then cleans the profile as nobody");
+    return;
+  }
+  // Root's own folder of Chromium's name, with an entry of the names the cleanup unlinks; the
+  // user's profile links to it.
+  char templ[] = "/tmp/org.chromium.Chromium.cbtestXXXXXX";
+  REQUIRE(::mkdtemp(templ) != nullptr);
+  const std::filesystem::path roots(templ);
+  { std::ofstream(roots / "SingletonSocket") << "root's"; }
+  { std::ofstream(roots / "SingletonCookie") << "root's"; }
+  std::filesystem::create_symlink(roots / "SingletonSocket", f.profile / "SingletonSocket");
+  REQUIRE(::lchown((f.profile / "SingletonSocket").c_str(), f.expected_uid, gid_t(-1)) == 0);
+  asio::io_context io;
+  {
+    BrowserTools browser(io.get_executor(), f.config);
+    run_sync(io, [&]() -> asio::awaitable<void> {
+      const json blank = json{{"url", std::string("about:blank")}};
+      auto r = co_await browser.call("browser_navigate", blank);
+      REQUIRE(r.ok());
+      CHECK_FALSE(r->is_error);
+      co_await browser.shutdown();
+    }());
+  }
+  // The start's cleanup ran as nobody, who cannot write in root's folder.
+  CHECK(left_on_disk(roots / "SingletonSocket"));
+  CHECK(left_on_disk(roots / "SingletonCookie"));
+  std::error_code ec;
+  std::filesystem::remove_all(roots, ec);
+}
+
+TEST_CASE("BrowserTools: a missing profile folder is created by the browser's user",
+          "[agent][browser][integration]") {
+  Fixture f;
+  if (f.expected_uid == ::geteuid()) {
+    WARN("needs root and the nobody account: the agent then creates the profile as nobody");
+    return;
+  }
+  f.config.profile_dir = f.profile / "a" / "b";
+  asio::io_context io;
+  {
+    BrowserTools browser(io.get_executor(), f.config);
+    run_sync(io, [&]() -> asio::awaitable<void> {
+      const json blank = json{{"url", std::string("about:blank")}};
+      auto r = co_await browser.call("browser_navigate", blank);
+      REQUIRE(r.ok());
+      CHECK_FALSE(r->is_error);
+      co_await browser.shutdown();
+    }());
+  }
+  for (const auto& dir : {f.profile / "a", f.profile / "a" / "b"}) {
+    struct stat st;
+    REQUIRE(::stat(dir.c_str(), &st) == 0);
+    CHECK(st.st_uid == f.expected_uid);
+    CHECK((st.st_mode & 07777) == 0700);
+  }
+}
+
 TEST_CASE("render_snapshot: roles, names, states, refs and the cap", "[agent][browser][unit]") {
   auto node = [](std::string id, std::string role, std::string name, std::vector<std::string> kids,
                  int64_t backend) {
