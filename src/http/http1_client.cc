@@ -357,6 +357,29 @@ asio::awaitable<Result<Http1Response>> Http1Client::request(std::string method, 
     Status wrote = co_await write_body(std::move(body), deadline);
     if (!wrote.ok()) co_return wrote;
   }
+  co_return co_await read_response(deadline);
+}
+
+asio::awaitable<Result<Http1Response>> Http1Client::request_pieces(
+    std::string method, std::string target, Headers headers,
+    std::span<const std::string_view> pieces, net::Deadline deadline) {
+  remove_fields(headers, "content-length");
+  remove_fields(headers, "transfer-encoding");
+  size_t total = 0;
+  for (std::string_view p : pieces) total += p.size();
+  if (total > 0 || method == "POST" || method == "PUT" || method == "PATCH")
+    headers = with_field(std::move(headers), "content-length", std::to_string(total));
+  Status sent =
+      co_await send_head(std::move(method), std::move(target), std::move(headers), deadline);
+  if (!sent.ok()) co_return sent;
+  if (total > 0) {
+    Status wrote = co_await write_body_pieces(pieces, deadline);
+    if (!wrote.ok()) co_return wrote;
+  }
+  co_return co_await read_response(deadline);
+}
+
+asio::awaitable<Result<Http1Response>> Http1Client::read_response(net::Deadline deadline) {
   auto head = co_await read_head(deadline);
   if (!head.ok()) co_return head.status();
   Http1Response response = std::move(*head);

@@ -77,6 +77,12 @@ class Http1Client final : private Http1ResponseVisitor {
   asio::awaitable<Result<Http1Response>> request(std::string method, std::string target,
                                                  Headers headers, std::string body,
                                                  net::Deadline deadline);
+  // As request(), the body the concatenation of |pieces|, sent as write_body_pieces() sends
+  // them: the large ones without a copy. The pieces must stay valid until it returns.
+  asio::awaitable<Result<Http1Response>> request_pieces(std::string method, std::string target,
+                                                        Headers headers,
+                                                        std::span<const std::string_view> pieces,
+                                                        net::Deadline deadline);
 
   // Streaming request: sends the request line and fields. Errors as request().
   // REQUIRES: the previous exchange's response was read to its end.
@@ -131,6 +137,8 @@ class Http1Client final : private Http1ResponseVisitor {
   void on_message_complete(Headers&& trailers) override;
 
   Status fail(Status status);
+  // request()'s and request_pieces()'s end: the response, read whole, once the request is out.
+  asio::awaitable<Result<Http1Response>> read_response(net::Deadline deadline);
   asio::awaitable<Status> write_out(std::string data, net::Deadline deadline);
   // As write_out() for bytes the caller keeps alive until it returns.
   asio::awaitable<Status> write_view(std::string_view data, net::Deadline deadline);

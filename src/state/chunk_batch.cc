@@ -110,10 +110,14 @@ Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view bod
 }
 
 void append_put_item(std::string& out, const ChunkId& id, std::string_view sealed) {
-  CB_CHECK(sealed.size() <= UINT32_MAX);
-  out.append(reinterpret_cast<const char*>(id.bytes.data()), kChunkIdSize);
-  put_u32le(out, uint32_t(sealed.size()));
+  append_put_item_head(out, id, sealed.size());
   out += sealed;
+}
+
+void append_put_item_head(std::string& out, const ChunkId& id, size_t sealed_size) {
+  CB_CHECK(sealed_size <= UINT32_MAX);
+  out.append(reinterpret_cast<const char*>(id.bytes.data()), kChunkIdSize);
+  put_u32le(out, uint32_t(sealed_size));
 }
 
 Result<std::vector<PutItem>> decode_put_items(std::string_view body) {

@@ -61,6 +61,11 @@ Result<std::vector<Result<std::string>>> decode_batch_items(std::string_view bod
 
 // Appends one chunk to a put request.
 void append_put_item(std::string& out, const ChunkId& id, std::string_view sealed);
+// Appends what precedes a chunk of |sealed_size| bytes in a put request: a request may then
+// be sent as pieces, each item's head followed by its chunk where it already is.
+void append_put_item_head(std::string& out, const ChunkId& id, size_t sealed_size);
+// The bytes append_put_item_head() appends.
+inline constexpr size_t kPutItemHeadSize = kChunkIdSize + 4;
 
 struct PutItem {
   ChunkId id;

@@ -278,6 +278,51 @@ TEST_CASE("Http1Client: a caller's Host is kept and framing comes from the body"
       });
 }
 
+// request_pieces() sends the concatenation of its pieces under one content-length: small
+// pieces gathered, large ones written as they are, a body under 64 KiB in one write.
+TEST_CASE("Http1Client: request_pieces sends the pieces as one body", "[http][unit]") {
+  std::string big(200 * 1024, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = char('a' + i % 23);
+  const std::string small1 = "head-1:", small2(5000, 'x'), mid(20 * 1024, 'm');
+  const std::string whole = small1 + big + small2 + mid + small1;
+  with_peer(
+      [&](Peer& peer, uint16_t) -> asio::awaitable<void> {
+        std::string h = co_await peer.read_head();
+        CHECK(h.substr(0, 18) == "POST /p HTTP/1.1\r\n");
+        CHECK(h.find(fmt::format("content-length: {}\r\n", whole.size())) != std::string::npos);
+        CHECK(h.find("999") == std::string::npos);
+        std::string body = co_await peer.read_exactly(whole.size());
+        CHECK(body == whole);
+        co_await peer.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstored");
+        std::string h2 = co_await peer.read_head();
+        CHECK(h2.find("content-length: 12\r\n") != std::string::npos);
+        const std::string body2 = co_await peer.read_exactly(12);
+        CHECK(body2 == "small1small2");
+        co_await peer.send("HTTP/1.1 204 No Content\r\n\r\n");
+        std::string h3 = co_await peer.read_head();
+        CHECK(h3.find("content-length: 0\r\n") != std::string::npos);
+        co_await peer.send("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        co_await peer.wait_close();
+      },
+      [&](Http1Client& client) -> asio::awaitable<void> {
+        const std::string_view pieces[] = {small1, big, small2, mid, small1};
+        auto r = co_await client.request_pieces("POST", "/p", fields("content-length", "999"),
+                                                pieces, net::after(5s));
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->body == "stored");
+        CHECK(client.reusable());
+        const std::string_view few[] = {"small1", "", "small2"};
+        auto r2 = co_await client.request_pieces("PUT", "/q", {}, few, net::after(5s));
+        INFO(r2.status().to_string());
+        REQUIRE(r2.ok());
+        CHECK(r2->status == 204);
+        auto r3 = co_await client.request_pieces("POST", "/e", {}, {}, net::after(5s));
+        REQUIRE(r3.ok());
+        CHECK(r3->status == 200);
+      });
+}
+
 TEST_CASE("Http1Client: a passed deadline is kDeadlineExceeded and closes the connection",
           "[http][unit]") {
   with_peer(

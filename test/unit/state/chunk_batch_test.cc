@@ -127,5 +127,25 @@ TEST_CASE("chunk batch: a put request's chunks decode as views of the body", "[s
   CHECK(decode_put_items(many).status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("chunk batch: item heads and chunks sent as pieces make the same put request",
+          "[state][unit]") {
+  const std::string chunks[] = {"sealed one", "", std::string(70000, 's')};
+  std::string whole, pieces;
+  for (uint8_t i = 0; i < 3; ++i) {
+    append_put_item(whole, id_of(i), chunks[i]);
+    std::string head;
+    append_put_item_head(head, id_of(i), chunks[i].size());
+    CHECK(head.size() == kPutItemHeadSize);
+    pieces += head;
+    pieces += chunks[i];
+  }
+  CHECK(pieces == whole);
+  auto items = decode_put_items(pieces);
+  REQUIRE(items.ok());
+  REQUIRE(items->size() == 3);
+  CHECK((*items)[2].id == id_of(2));
+  CHECK((*items)[2].data == chunks[2]);
+}
+
 }  // namespace
 }  // namespace cb::state
