@@ -270,11 +270,12 @@ class UserFsScope {
  public:
   explicit UserFsScope(const std::optional<ExecUser>& user) {
     if (!user.has_value() || !user->switch_user) return;
+    switching_ = true;
+    // The thread's groups, to put back: without them, no switch (ok() is false).
     const int n = ::getgroups(0, nullptr);
-    if (n >= 0) {
-      saved_groups_.resize(size_t(n));
-      if (::getgroups(n, saved_groups_.data()) != n) saved_groups_.clear();
-    }
+    if (n < 0) return;
+    saved_groups_.resize(size_t(n));
+    if (::getgroups(n, saved_groups_.data()) != n) return;
     const std::vector<gid_t>& groups = user->account.groups;
     ok_ = ::syscall(SYS_setgroups, groups.size(), groups.data()) == 0;
     (void)::setfsgid(user->account.gid);
@@ -293,11 +294,13 @@ class UserFsScope {
   UserFsScope(const UserFsScope&) = delete;
   UserFsScope& operator=(const UserFsScope&) = delete;
 
-  // False when the switch did not take: the caller must not touch the user's paths then.
-  bool ok() const { return !active_ || ok_; }
+  // False when the switch did not take (or could not be undone, and so was not made): the
+  // caller must not touch the user's paths then.
+  bool ok() const { return ok_ || (!active_ && !switching_); }
 
  private:
-  bool active_ = false;
+  bool switching_ = false;  // a switch was asked for
+  bool active_ = false;     // ... and made: the destructor undoes it
   bool ok_ = false;
   std::vector<gid_t> saved_groups_;
 };
@@ -353,7 +356,9 @@ std::string find_chromium(const std::string& configured) {
 
 // Creates |dir| and missing parents below |stop| (which must exist) owned by |user| when
 // the agent switches users, mode 0700: as the user (UserFsScope), so that a link the user put
-// in the path leads nowhere the user could not create a folder themselves.
+// in the path leads nowhere the user could not create a folder themselves. So a missing folder
+// needs a parent the user may write in (root's own parent no longer does), and takes the
+// group a set-group-ID parent gives.
 Status make_owned_dirs(const fs::path& dir, const fs::path& stop, const ExecUser& user) {
   const std::optional<ExecUser> owner(user);
   UserFsScope as_user(owner);

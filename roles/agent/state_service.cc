@@ -599,6 +599,7 @@ class UploadSink final : public state::ChunkSink {
         sent = http.request_pieces("POST", std::string(kBatchPutPath), pieces, "chunk upload")
                    .status();
       } else {
+        CB_CHECK(group.chunks.size() == 1);  // ask() groups one chunk per URL
         std::string body =
             sealed_here.empty() ? std::string(sealed.front()) : std::move(sealed_here.back());
         sent = http.request("PUT", group.chunks.front().second, std::move(body), "chunk upload")

@@ -637,6 +637,13 @@ TEST_CASE(
   char templ[] = "/tmp/org.chromium.Chromium.cbtestXXXXXX";
   REQUIRE(::mkdtemp(templ) != nullptr);
   const std::filesystem::path roots(templ);
+  struct Removed {  // however the test ends
+    std::filesystem::path path;
+    ~Removed() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } removed{roots};
   { std::ofstream(roots / "SingletonSocket") << "root's"; }
   { std::ofstream(roots / "SingletonCookie") << "root's"; }
   std::filesystem::create_symlink(roots / "SingletonSocket", f.profile / "SingletonSocket");
@@ -655,12 +662,12 @@ TEST_CASE(
   // The start's cleanup ran as nobody, who cannot write in root's folder.
   CHECK(left_on_disk(roots / "SingletonSocket"));
   CHECK(left_on_disk(roots / "SingletonCookie"));
-  std::error_code ec;
-  std::filesystem::remove_all(roots, ec);
 }
 
-TEST_CASE("BrowserTools: a missing profile folder is created by the browser's user",
-          "[agent][browser][integration]") {
+TEST_CASE(
+    "BrowserTools: a missing profile folder is created by the browser's user, never "
+    "through a link into root's",
+    "[agent][browser][integration]") {
   Fixture f;
   if (f.expected_uid == ::geteuid()) {
     WARN("needs root and the nobody account: the agent then creates the profile as nobody");
@@ -684,6 +691,22 @@ TEST_CASE("BrowserTools: a missing profile folder is created by the browser's us
     CHECK(st.st_uid == f.expected_uid);
     CHECK((st.st_mode & 07777) == 0700);
   }
+  // A link in the path to a folder of root's (0700, as test::TempDir makes it): nobody cannot
+  // create anything there, and the agent does not create it for them.
+  test::TempDir roots;
+  std::filesystem::create_symlink(roots.path(), f.profile / "link");
+  f.config.profile_dir = f.profile / "link" / "c";
+  {
+    BrowserTools browser(io.get_executor(), f.config);
+    run_sync(io, [&]() -> asio::awaitable<void> {
+      const json blank = json{{"url", std::string("about:blank")}};
+      auto r = co_await browser.call("browser_navigate", blank);
+      const bool refused = !r.ok() || r->is_error;
+      CHECK(refused);
+      co_await browser.shutdown();
+    }());
+  }
+  CHECK_FALSE(left_on_disk(roots.path() / "c"));
 }
 
 TEST_CASE("render_snapshot: roles, names, states, refs and the cap", "[agent][browser][unit]") {

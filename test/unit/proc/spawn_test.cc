@@ -361,7 +361,8 @@ TEST_CASE("Process: resize changes the size a pty child reads", "[proc][unit]") 
       REQUIRE(p.ok());
       CHECK(p->resize(10, 10).code() == Code::kFailedPrecondition);
       CHECK(p->kill_group().code() == Code::kFailedPrecondition);
-      REQUIRE((co_await p->wait()).ok());
+      auto waited = co_await p->wait();
+      REQUIRE(waited.ok());
     }());
   }
 }
@@ -377,7 +378,8 @@ TEST_CASE("Process: a signal to a new session reaches the child's own children",
     REQUIRE(p.ok());
     CHECK(::getpgid(p->pid()) == p->pid());
     std::string line;
-    REQUIRE((co_await read_until(*p->stdout_pipe(), line, "\n")).ok());
+    auto got_line = co_await read_until(*p->stdout_pipe(), line, "\n");
+    REQUIRE(got_line.ok());
     pid_t grandchild = std::stoi(line);
     // Watch the grandchild through a pidfd of our own: it is not our child, so we cannot
     // wait for it, but its pidfd becomes readable when it terminates.
@@ -402,7 +404,8 @@ TEST_CASE("Process: kill_group kills what the child left behind in its group", "
     auto p = spawn(co_await asio::this_coro::executor, o);
     REQUIRE(p.ok());
     std::string line;
-    REQUIRE((co_await read_until(*p->stdout_pipe(), line, "\n")).ok());
+    auto got_line = co_await read_until(*p->stdout_pipe(), line, "\n");
+    REQUIRE(got_line.ok());
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, std::stoi(line), 0));
     REQUIRE(pidfd >= 0);
     auto st = co_await p->wait();
