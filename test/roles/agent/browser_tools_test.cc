@@ -120,6 +120,21 @@ bool left_on_disk(const std::filesystem::path& p) {
   return std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found;
 }
 
+// Starts a browser of |config|, navigates it to about:blank and stops it: whether the page
+// loaded.
+bool navigate_blank(const BrowserConfig& config) {
+  asio::io_context io;
+  bool loaded = false;
+  BrowserTools browser(io.get_executor(), config);
+  run_sync(io, [&]() -> asio::awaitable<void> {
+    const json blank = json{{"url", std::string("about:blank")}};
+    auto r = co_await browser.call("browser_navigate", blank);
+    loaded = r.ok() && !r->is_error;
+    co_await browser.shutdown();
+  }());
+  return loaded;
+}
+
 uid_t uid_of(pid_t pid) {
   std::ifstream f(fmt::format("/proc/{}/status", pid));
   std::string line;
@@ -611,16 +626,8 @@ TEST_CASE("BrowserTools: Chromium does not outlive an agent killed with SIGKILL"
   const std::filesystem::path left = singleton_folder(f.profile);
   REQUIRE_FALSE(left.empty());
   CHECK(left_on_disk(left));
-  asio::io_context io;
-  BrowserTools browser(io.get_executor(), f.config);
-  run_sync(io, [&]() -> asio::awaitable<void> {
-    const json blank = json{{"url", std::string("about:blank")}};
-    auto r = co_await browser.call("browser_navigate", blank);
-    REQUIRE(r.ok());
-    CHECK_FALSE(r->is_error);
-    CHECK_FALSE(left_on_disk(left));
-    co_await browser.shutdown();
-  }());
+  CHECK(navigate_blank(f.config));
+  CHECK_FALSE(left_on_disk(left));
 }
 
 TEST_CASE(
@@ -648,17 +655,7 @@ TEST_CASE(
   { std::ofstream(roots / "SingletonCookie") << "root's"; }
   std::filesystem::create_symlink(roots / "SingletonSocket", f.profile / "SingletonSocket");
   REQUIRE(::lchown((f.profile / "SingletonSocket").c_str(), f.expected_uid, gid_t(-1)) == 0);
-  asio::io_context io;
-  {
-    BrowserTools browser(io.get_executor(), f.config);
-    run_sync(io, [&]() -> asio::awaitable<void> {
-      const json blank = json{{"url", std::string("about:blank")}};
-      auto r = co_await browser.call("browser_navigate", blank);
-      REQUIRE(r.ok());
-      CHECK_FALSE(r->is_error);
-      co_await browser.shutdown();
-    }());
-  }
+  CHECK(navigate_blank(f.config));
   // The start's cleanup ran as nobody, who cannot write in root's folder.
   CHECK(left_on_disk(roots / "SingletonSocket"));
   CHECK(left_on_disk(roots / "SingletonCookie"));
@@ -674,17 +671,7 @@ TEST_CASE(
     return;
   }
   f.config.profile_dir = f.profile / "a" / "b";
-  asio::io_context io;
-  {
-    BrowserTools browser(io.get_executor(), f.config);
-    run_sync(io, [&]() -> asio::awaitable<void> {
-      const json blank = json{{"url", std::string("about:blank")}};
-      auto r = co_await browser.call("browser_navigate", blank);
-      REQUIRE(r.ok());
-      CHECK_FALSE(r->is_error);
-      co_await browser.shutdown();
-    }());
-  }
+  CHECK(navigate_blank(f.config));
   for (const auto& dir : {f.profile / "a", f.profile / "a" / "b"}) {
     struct stat st;
     REQUIRE(::stat(dir.c_str(), &st) == 0);
@@ -696,16 +683,7 @@ TEST_CASE(
   test::TempDir roots;
   std::filesystem::create_symlink(roots.path(), f.profile / "link");
   f.config.profile_dir = f.profile / "link" / "c";
-  {
-    BrowserTools browser(io.get_executor(), f.config);
-    run_sync(io, [&]() -> asio::awaitable<void> {
-      const json blank = json{{"url", std::string("about:blank")}};
-      auto r = co_await browser.call("browser_navigate", blank);
-      const bool refused = !r.ok() || r->is_error;
-      CHECK(refused);
-      co_await browser.shutdown();
-    }());
-  }
+  CHECK_FALSE(navigate_blank(f.config));
   CHECK_FALSE(left_on_disk(roots.path() / "c"));
 }
 
