@@ -268,9 +268,10 @@ int kill_profile_processes(const fs::path& profile) {
 // thread with the user's identity.
 class UserFsScope {
  public:
-  explicit UserFsScope(const std::optional<ExecUser>& user) {
-    if (!user.has_value() || !user->switch_user) return;
-    switching_ = true;
+  // |user| null, or an account the agent does not switch to: nothing changes.
+  explicit UserFsScope(const ExecUser* user) {
+    if (user == nullptr || !user->switch_user) return;
+    ok_ = false;
     // The thread's groups, to put back: without them, no switch (ok() is false).
     const int n = ::getgroups(0, nullptr);
     if (n < 0) return;
@@ -296,12 +297,11 @@ class UserFsScope {
 
   // False when the switch did not take (or could not be undone, and so was not made): the
   // caller must not touch the user's paths then.
-  bool ok() const { return ok_ || (!active_ && !switching_); }
+  bool ok() const { return ok_; }
 
  private:
-  bool switching_ = false;  // a switch was asked for
-  bool active_ = false;     // ... and made: the destructor undoes it
-  bool ok_ = false;
+  bool active_ = false;  // a switch was made: the destructor undoes it
+  bool ok_ = true;
   std::vector<gid_t> saved_groups_;
 };
 
@@ -313,7 +313,7 @@ class UserFsScope {
 // nothing it names is followed: only the two entries Chromium puts there are unlinked, in a
 // folder of that name (Google Chrome's name too) directly under /tmp opened without following a
 // symlink, and then the folder if empty.
-void remove_singleton_files(const fs::path& profile, const std::optional<ExecUser>& user) {
+void remove_singleton_files(const fs::path& profile, const ExecUser* user) {
   if (profile.empty()) return;
   UserFsScope as_user(user);
   if (!as_user.ok()) return;
@@ -326,12 +326,12 @@ void remove_singleton_files(const fs::path& profile, const std::optional<ExecUse
        folder_name.starts_with("com.google.Chrome."))) {
     const int tmp = ::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (tmp >= 0) {
-      const std::string& name = folder_name;
-      const int dir = ::openat(tmp, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int dir =
+          ::openat(tmp, folder_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (dir >= 0) {
         for (const char* f : {"SingletonSocket", "SingletonCookie"}) (void)::unlinkat(dir, f, 0);
         ::close(dir);
-        (void)::unlinkat(tmp, name.c_str(), AT_REMOVEDIR);  // fails if anything else is in it
+        (void)::unlinkat(tmp, folder_name.c_str(), AT_REMOVEDIR);  // fails if anything is left
       }
       ::close(tmp);
     }
@@ -360,8 +360,7 @@ std::string find_chromium(const std::string& configured) {
 // needs a parent the user may write in (root's own parent no longer does), and takes the
 // group a set-group-ID parent gives.
 Status make_owned_dirs(const fs::path& dir, const fs::path& stop, const ExecUser& user) {
-  const std::optional<ExecUser> owner(user);
-  UserFsScope as_user(owner);
+  UserFsScope as_user(&user);
   if (!as_user.ok())
     return failed_precondition(fmt::format("could not take the identity of {} to create {}",
                                            user.account.name, dir.string()));
@@ -521,7 +520,7 @@ void BrowserTools::kill_now() {
   cdp_.reset();
   if (process_) (void)process_->kill_group();
   kill_profile_processes(profile_);
-  remove_singleton_files(profile_, profile_user_);
+  remove_singleton_files(profile_, profile_user_ ? &*profile_user_ : nullptr);
 }
 
 asio::awaitable<void> BrowserTools::shutdown() {
@@ -548,7 +547,7 @@ asio::awaitable<void> BrowserTools::lost() {
     log_lost(status.ok() ? status->to_string() : std::string(status.status().message()));
     (void)process_->kill_group();  // helpers left in the group
     kill_profile_processes(profile_);
-    remove_singleton_files(profile_, profile_user_);
+    remove_singleton_files(profile_, profile_user_ ? &*profile_user_ : nullptr);
     process_.reset();
     refs_.clear();
     refs_gone_ = "the browser restarted";
@@ -599,13 +598,12 @@ asio::awaitable<Status> BrowserTools::start() {
   profile = profile.lexically_normal();
   if (Status s = make_owned_dirs(profile, stop, *user); !s.ok()) co_return s;
   profile_ = profile;
-  profile_user_.reset();
-  if (user->switch_user) profile_user_ = *user;
+  profile_user_ = *user;
   // A browser left by a crashed agent holds the profile (Chromium would hand our start over to
   // it and exit): kill it, and drop its singleton files and its old port.
   if (int n = kill_profile_processes(profile); n > 0)
     log::warn("browser: killed processes left on the profile", {{"count", n}});
-  remove_singleton_files(profile, profile_user_);
+  remove_singleton_files(profile, &*profile_user_);
   const fs::path log_path = profile / "cocoonbox-chromium.log";
 
   proc::SpawnOptions o;

@@ -179,8 +179,8 @@ class BrowserTools final : public ToolSet {
   net::Executor executor_;
   BrowserConfig config_;
   std::filesystem::path profile_;
-  // The account whose file system identity cleans the profile (UserFsScope in the .cc), once
-  // start() resolved it; empty when the agent does not switch users.
+  // The browser's user, whose file system identity cleans the profile (UserFsScope in the
+  // .cc), once start() resolved it.
   std::optional<ExecUser> profile_user_;
   std::optional<proc::Process> process_;
   std::unique_ptr<cdp::Connection> cdp_;

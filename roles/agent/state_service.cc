@@ -175,26 +175,18 @@ class JobHttp {
   }
 
   // |url| is a door target ("/cocoonbox.state/...") or "http(s)://host[:port]/path".
-  Result<std::string> request(const std::string& method, const std::string& url, std::string body,
-                              std::string_view what) {
-    return run(method, url, body, {}, what);
+  Result<std::string> request(const std::string& method, const std::string& url,
+                              std::string_view body, std::string_view what) {
+    return request_pieces(method, url, std::span<const std::string_view>(&body, 1), what);
   }
-  // As request() to a door target, the body the concatenation of |pieces| (kept valid by the
-  // caller), sent without gathering it into one buffer first.
+  // As request(), the body the concatenation of |pieces| (kept valid by the caller), sent
+  // without gathering it into one buffer first (Http1Client::request_pieces()).
   Result<std::string> request_pieces(const std::string& method, const std::string& url,
                                      std::span<const std::string_view> pieces,
                                      std::string_view what) {
-    CB_CHECK(!url.empty() && url[0] == '/');
-    std::string none;
-    return run(method, url, none, pieces, what);
-  }
-
- private:
-  Result<std::string> run(const std::string& method, const std::string& url, std::string& body,
-                          std::span<const std::string_view> pieces, std::string_view what) {
     Result<std::string> out = internal_error("request did not run");
     auto task = [&]() -> asio::awaitable<void> {
-      out = co_await exchange(method, url, body, pieces, what);
+      out = co_await exchange(method, url, pieces, what);
     };
     auto fut = asio::co_spawn(io_, task(), asio::use_future);
     io_.restart();
@@ -207,9 +199,9 @@ class JobHttp {
     return out;
   }
 
-  // |pieces|, when there are any, are the body of a door request instead of |body|.
+ private:
+  // |pieces| stay valid for a second attempt on a fresh connection.
   asio::awaitable<Result<std::string>> exchange(const std::string& method, const std::string& url,
-                                                std::string& body,
                                                 std::span<const std::string_view> pieces,
                                                 std::string_view what) {
     auto deadline = net::after(kRequestTimeout);
@@ -225,14 +217,7 @@ class JobHttp {
             co_return c.status().with_prefix(fmt::format("{}: door {}", what, door_socket_));
           door_ = std::move(*c);
         }
-        // Not one conditional expression of two co_awaits: GCC 12 destroys a temporary of
-        // such an expression twice.
-        Result<http::Http1Response> r = internal_error("no request made");
-        if (pieces.empty()) {
-          r = co_await door_->request(method, url, headers, body, deadline);
-        } else {
-          r = co_await door_->request_pieces(method, url, headers, pieces, deadline);
-        }
+        auto r = co_await door_->request_pieces(method, url, headers, pieces, deadline);
         if (!r.ok()) {
           door_.reset();
           if (attempt == 0 && r.status().code() == Code::kUnavailable)
@@ -278,7 +263,7 @@ class JobHttp {
         remote_ = std::move(*c);
         remote_key_ = key;
       }
-      auto r = co_await remote_->request(method, parsed->target, none, body, deadline);
+      auto r = co_await remote_->request_pieces(method, parsed->target, none, pieces, deadline);
       if (!r.ok()) {
         remote_.reset();
         if (!fresh && attempt == 0 && r.status().code() == Code::kUnavailable)
@@ -572,39 +557,35 @@ class UploadSink final : public state::ChunkSink {
       // each chunk's item head: the request goes out as pieces, each chunk from where it is
       // (a 1 MiB body gathered first, then copied into the request, cost the save two more
       // passes over every byte it uploads).
+      // Neither the vectors nor |heads| grow past their reservations: the pieces point into
+      // them.
       std::vector<std::string> sealed_here;
-      sealed_here.reserve(group.chunks.size());  // no move: the pieces point into them
+      sealed_here.reserve(group.chunks.size());
       std::string heads;
       heads.reserve(group.chunks.size() * state::kPutItemHeadSize);
-      std::vector<std::string_view> sealed;
+      std::vector<std::string_view> pieces;
+      pieces.reserve(2 * group.chunks.size());
       uint64_t sealed_size = 0;
       for (const auto& [p, url] : group.chunks) {
         if (!p->sealed) {
           const auto* data = reinterpret_cast<const uint8_t*>(p->data.data());
           sealed_here.push_back(state::seal_chunk(keys_, p->id, {data, p->size}));
         }
-        sealed.push_back(p->sealed ? std::string_view(p->data) : sealed_here.back());
-        sealed_size += sealed.back().size();
-        if (group.batch_route) state::append_put_item_head(heads, p->id, sealed.back().size());
-      }
-      Status sent;
-      if (group.batch_route) {
-        std::vector<std::string_view> pieces;
-        pieces.reserve(2 * sealed.size());
-        for (size_t i = 0; i < sealed.size(); ++i) {
-          pieces.push_back(
-              std::string_view(heads).substr(i * state::kPutItemHeadSize, state::kPutItemHeadSize));
-          pieces.push_back(sealed[i]);
+        const std::string_view sealed = p->sealed ? std::string_view(p->data) : sealed_here.back();
+        sealed_size += sealed.size();
+        if (group.batch_route) {
+          state::append_put_item_head(heads, p->id, sealed.size());
+          pieces.push_back(std::string_view(heads).substr(heads.size() - state::kPutItemHeadSize));
         }
-        sent = http.request_pieces("POST", std::string(kBatchPutPath), pieces, "chunk upload")
-                   .status();
-      } else {
-        CB_CHECK(group.chunks.size() == 1);  // ask() groups one chunk per URL
-        std::string body =
-            sealed_here.empty() ? std::string(sealed.front()) : std::move(sealed_here.back());
-        sent = http.request("PUT", group.chunks.front().second, std::move(body), "chunk upload")
-                   .status();
+        pieces.push_back(sealed);
       }
+      CB_CHECK(group.batch_route || group.chunks.size() == 1);  // ask(): one chunk per URL
+      const Status sent =
+          group.batch_route
+              ? http.request_pieces("POST", std::string(kBatchPutPath), pieces, "chunk upload")
+                    .status()
+              : http.request_pieces("PUT", group.chunks.front().second, pieces, "chunk upload")
+                    .status();
       std::lock_guard lock(mu_);
       if (!sent.ok()) {
         fail(sent);

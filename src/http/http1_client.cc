@@ -346,18 +346,9 @@ asio::awaitable<Result<std::string>> Http1Client::read_body(net::Deadline deadli
 asio::awaitable<Result<Http1Response>> Http1Client::request(std::string method, std::string target,
                                                             Headers headers, std::string body,
                                                             net::Deadline deadline) {
-  remove_fields(headers, "content-length");
-  remove_fields(headers, "transfer-encoding");
-  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH")
-    headers = with_field(std::move(headers), "content-length", std::to_string(body.size()));
-  Status sent =
-      co_await send_head(std::move(method), std::move(target), std::move(headers), deadline);
-  if (!sent.ok()) co_return sent;
-  if (!body.empty()) {
-    Status wrote = co_await write_body(std::move(body), deadline);
-    if (!wrote.ok()) co_return wrote;
-  }
-  co_return co_await read_response(deadline);
+  const std::string_view piece = body;  // |body| lives in this frame until the end
+  co_return co_await request_pieces(std::move(method), std::move(target), std::move(headers),
+                                    std::span<const std::string_view>(&piece, 1), deadline);
 }
 
 asio::awaitable<Result<Http1Response>> Http1Client::request_pieces(
@@ -376,10 +367,6 @@ asio::awaitable<Result<Http1Response>> Http1Client::request_pieces(
     Status wrote = co_await write_body_pieces(pieces, deadline);
     if (!wrote.ok()) co_return wrote;
   }
-  co_return co_await read_response(deadline);
-}
-
-asio::awaitable<Result<Http1Response>> Http1Client::read_response(net::Deadline deadline) {
   auto head = co_await read_head(deadline);
   if (!head.ok()) co_return head.status();
   Http1Response response = std::move(*head);

@@ -137,8 +137,6 @@ class Http1Client final : private Http1ResponseVisitor {
   void on_message_complete(Headers&& trailers) override;
 
   Status fail(Status status);
-  // request()'s and request_pieces()'s end: the response, read whole, once the request is out.
-  asio::awaitable<Result<Http1Response>> read_response(net::Deadline deadline);
   asio::awaitable<Status> write_out(std::string data, net::Deadline deadline);
   // As write_out() for bytes the caller keeps alive until it returns.
   asio::awaitable<Status> write_view(std::string_view data, net::Deadline deadline);
