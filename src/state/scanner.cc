@@ -424,10 +424,10 @@ class Scanner {
       }
       std::vector<ChunkId> ids(batch.size());
       keys_.chunk_ids(batch, ids);
+      RETURN_IF_ERROR(add_chunks(batch, ids));
       for (const Read& r : reads) {
         std::vector<ChunkRef> chunks;
         for (size_t i = r.first_chunk; i < r.first_chunk + r.chunks; ++i) {
-          RETURN_IF_ERROR(sink_.add(ids[i], batch[i]));
           chunks.push_back(ChunkRef{ids[i], uint32_t(batch[i].size())});
         }
         struct stat after;
@@ -447,6 +447,22 @@ class Scanner {
     }  // the buffer back before read_file() takes one
     for (const FileJob* file : alone) RETURN_IF_ERROR(read_file(*file));
     return ok_status();
+  }
+
+  // Passes |chunks|, whose ids are |ids|, to the sink (which compresses and seals the new
+  // ones: most of a first save's work), shared with the reading threads that have no job
+  // meanwhile. A large file read last no longer runs on one core alone: at the end of
+  // scripts/bench state's first save, one core waited for the other about 0.24 s of 4.4 s.
+  Status add_chunks(std::span<const std::span<const uint8_t>> chunks,
+                    std::span<const ChunkId> ids) {
+    const std::function<Status(size_t)> add = [&](size_t i) {
+      return sink_.add(ids[i], chunks[i]);
+    };
+    if (readers_ == nullptr) {
+      for (size_t i = 0; i < chunks.size(); ++i) RETURN_IF_ERROR(add(i));
+      return ok_status();
+    }
+    return readers_->share(chunks.size(), add);
   }
 
   // Adds the entry of a file read |size| bytes into |chunks|, with its stat |after| the read;
@@ -494,8 +510,8 @@ class Scanner {
         if (batch.empty()) break;
         ids.resize(batch.size());
         keys_.chunk_ids(batch, ids);
+        RETURN_IF_ERROR(add_chunks(batch, ids));
         for (size_t i = 0; i < batch.size(); ++i) {
-          RETURN_IF_ERROR(sink_.add(ids[i], batch[i]));
           chunks.push_back(ChunkRef{ids[i], uint32_t(batch[i].size())});
           size += batch[i].size();
         }

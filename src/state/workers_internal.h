@@ -1,9 +1,11 @@
 #pragma once
 // Workers<Job>: a fixed set of threads that run one function over queued jobs, with a bounded
-// queue and the first error kept. What a save's reading threads (scanner.cc) and sealing
+// queue and the first error kept; a job may hand parts of its work to the threads that wait
+// for a job meanwhile (share()). What a save's reading threads (scanner.cc) and sealing
 // threads (save.cc) share. Internal to src/state.
 //
-// Thread-safety: submit() and finish() from any thread; the function runs on the workers.
+// Thread-safety: submit(), share() and finish() from any thread; the function runs on the
+// workers.
 
 #include "base/status.h"
 
@@ -40,6 +42,32 @@ class Workers {
     return ok_status();
   }
 
+  // Runs part(0) ... part(n - 1), each once, on the calling thread and on the workers that
+  // have no job to take meanwhile (a queued job goes first); returns once every part that
+  // started has returned. After a part failed, the parts not started yet are skipped.
+  // Errors: the first failed part's.
+  //
+  // So that a job much longer than the others, such as the last large file of a save, does
+  // not leave the other cores idle while it runs alone.
+  Status share(size_t n, const std::function<Status(size_t)>& part) {
+    Shared s;
+    s.part = &part;
+    s.n = n;
+    std::unique_lock lock(mu_);
+    shared_.push_back(&s);
+    if (waiting_ > 0) work_cv_.notify_all();
+    while (s.next < s.n && s.first_error.ok()) {
+      const size_t i = s.next++;
+      lock.unlock();
+      Status st = part(i);
+      lock.lock();
+      if (!st.ok() && s.first_error.ok()) s.first_error = std::move(st);
+    }
+    std::erase(shared_, &s);
+    helped_cv_.wait(lock, [&] { return s.running == 0; });
+    return s.first_error;
+  }
+
   // Waits for every job and stops the threads. Errors: the first failed job's.
   Status finish() {
     {
@@ -56,13 +84,20 @@ class Workers {
 
  private:
   void loop() {
-    // One waiter woken per event (notify_one): with 8 put threads on 2 cores, waking every
+    // One waiter woken per job (notify_one): with 8 put threads on 2 cores, waking every
     // thread for every chunk cost more CPU in futex and scheduler work than BLAKE2b (perf,
     // 2026-11-30 18:30).
     std::unique_lock lock(mu_);
     while (true) {
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
+      ++waiting_;
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || open_share() != nullptr; });
+      --waiting_;
+      if (queue_.empty()) {
+        Shared* s = open_share();
+        if (s == nullptr) return;  // stopping, and nothing left
+        help(*s, lock);
+        continue;
+      }
       Job job = std::move(queue_.front());
       queue_.pop_front();
       // A waiting submit() is woken once the queue is half empty, not at every job: it then
@@ -83,15 +118,46 @@ class Workers {
     }
   }
 
+  // A share() call's parts: the caller and the helpers take them in order.
+  struct Shared {
+    const std::function<Status(size_t)>* part = nullptr;
+    size_t n = 0;
+    size_t next = 0;     // the first part not taken
+    size_t running = 0;  // parts helpers took and have not finished
+    Status first_error;
+  };
+
+  // The oldest share() with a part left to take, or nullptr. REQUIRES: mu_ held.
+  Shared* open_share() {
+    for (Shared* s : shared_) {
+      if (s->next < s->n && s->first_error.ok()) return s;
+    }
+    return nullptr;
+  }
+
+  // Runs one part of |s| on a worker. REQUIRES: |lock| holds mu_.
+  void help(Shared& s, std::unique_lock<std::mutex>& lock) {
+    const size_t i = s.next++;
+    ++s.running;
+    lock.unlock();
+    Status st = (*s.part)(i);
+    lock.lock();
+    if (!st.ok() && s.first_error.ok()) s.first_error = std::move(st);
+    if (--s.running == 0) helped_cv_.notify_all();
+  }
+
   const std::function<Status(Job&)> work_;
   const size_t max_queued_;
   std::mutex mu_;
-  std::condition_variable work_cv_;  // a job queued, or stopping
-  std::condition_variable room_cv_;  // room in the queue, or a job failed
-  std::condition_variable idle_cv_;  // pending_ fell to 0
+  std::condition_variable work_cv_;    // a job queued, or stopping
+  std::condition_variable room_cv_;    // room in the queue, or a job failed
+  std::condition_variable idle_cv_;    // pending_ fell to 0
+  std::condition_variable helped_cv_;  // a Shared's running fell to 0
   // Guarded by mu_:
   std::deque<Job> queue_;
-  size_t pending_ = 0;  // queued or running
+  std::vector<Shared*> shared_;  // the share() calls running, oldest first
+  int waiting_ = 0;              // threads waiting in loop() for work
+  size_t pending_ = 0;           // queued or running
   bool stopping_ = false;
   Status first_error_;
   std::vector<std::thread> threads_;

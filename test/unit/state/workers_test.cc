@@ -77,5 +77,89 @@ TEST_CASE("Workers: a failed job fails every producer waiting for room, and the 
   CHECK(workers.finish().code() == Code::kInternal);
 }
 
+// A job's shared parts run on the workers that have no job: the first part, on the job's own
+// thread, returns only once another thread has run a part, so without the helpers this hangs
+// until the deadline and fails.
+TEST_CASE("Workers: share() runs each part once, on idle workers too", "[state][unit]") {
+  constexpr size_t kParts = 200;
+  std::vector<std::atomic<int>> runs(kParts);
+  std::atomic<int> helped{0};
+  std::atomic<bool> timed_out{false};
+  Status shared;
+  Workers<int>* self = nullptr;
+  Workers<int> workers(3, 4, [&](int&) {
+    const std::thread::id owner = std::this_thread::get_id();
+    shared = self->share(kParts, [&](size_t i) {
+      ++runs[i];
+      if (std::this_thread::get_id() != owner) {
+        ++helped;
+      } else if (i == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (helped.load() == 0 && !timed_out) {
+          if (std::chrono::steady_clock::now() > deadline) timed_out = true;
+          std::this_thread::yield();
+        }
+      }
+      return ok_status();
+    });
+    return ok_status();
+  });
+  self = &workers;
+  REQUIRE(workers.submit(1).ok());
+  REQUIRE(workers.finish().ok());
+  CHECK(shared.ok());
+  CHECK_FALSE(timed_out.load());
+  CHECK(helped.load() > 0);
+  for (size_t i = 0; i < kParts; ++i) {
+    if (runs[i].load() != 1) FAIL("part " << i << " ran " << runs[i].load() << " times");
+  }
+}
+
+// A failed part fails the share() with its error, the parts not started yet are skipped, and
+// share() still waits for the parts that helpers are running.
+TEST_CASE("Workers: a failed part fails share() and skips the rest", "[state][unit]") {
+  constexpr size_t kParts = 1000;
+  std::atomic<int> ran{0};
+  std::atomic<int> running{0};
+  std::atomic<int> running_at_return{-1};
+  Status shared;
+  Workers<int>* self = nullptr;
+  Workers<int> workers(2, 2, [&](int&) {
+    shared = self->share(kParts, [&](size_t i) {
+      ++running;
+      ++ran;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      --running;
+      return i == 10 ? internal_error("part 10 failed") : ok_status();
+    });
+    running_at_return = running.load();
+    return ok_status();
+  });
+  self = &workers;
+  REQUIRE(workers.submit(1).ok());
+  REQUIRE(workers.finish().ok());
+  CHECK(shared.code() == Code::kInternal);
+  CHECK(shared.message() == "part 10 failed");
+  CHECK(ran.load() >= 11);
+  CHECK(ran.load() < int(kParts));
+  CHECK(running_at_return.load() == 0);
+}
+
+// Without workers idle (one thread, busy with the job), share() runs every part itself.
+TEST_CASE("Workers: share() on a lone worker runs every part on its thread", "[state][unit]") {
+  std::vector<int> order;
+  Workers<int>* self = nullptr;
+  Workers<int> workers(1, 1, [&](int&) {
+    return self->share(5, [&](size_t i) {
+      order.push_back(int(i));
+      return ok_status();
+    });
+  });
+  self = &workers;
+  REQUIRE(workers.submit(1).ok());
+  REQUIRE(workers.finish().ok());
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+}
+
 }  // namespace
 }  // namespace cb::state::internal
