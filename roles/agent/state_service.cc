@@ -393,8 +393,9 @@ class UploadSink final : public state::ChunkSink {
       if (!known_.insert(id).second) return ok_status();
     }
     // Outside the lock, which the other scanning threads and the uploaders share. Sealed here
-    // (seal_early_), straight from the reading buffer while it is in the caches: an uploading
-    // thread sealed a copy cold, and the engine's save spent 8 % more CPU that way
+    // (seal_early_), by a reading thread (the one that read the chunk, or one with no file of
+    // its own that helps it), straight from the reading buffer while it is in the caches: an
+    // uploading thread sealed a copy cold, and the engine's save spent 8 % more CPU that way
     // (docs/benchmarks.md, "state: a save seals where it reads, and publishes off the reading
     // threads").
     Pending chunk{id, {}, plaintext.size(), seal_early_.load(std::memory_order_relaxed)};

@@ -19,17 +19,16 @@
 #include "base/log.h"
 #include "http/http1_codec.h"
 #include "http/server.h"
+#include "http/unparsed_internal.h"
 #include "net/signal.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <utility>
 
 namespace cb::http {
 
@@ -55,68 +54,6 @@ constexpr uint64_t kMaxDiscardBytes = 256 * 1024;
 // that destroys the response in flight. Bounded in time and bytes.
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kMaxLingerBytes = 1u << 20;
-
-// The bytes read and not yet parsed: the window [begin_, end_) of one buffer. Parsing a piece
-// moves begin_, not the bytes after it, and a read that arrives while the window is empty
-// becomes the buffer instead of being copied into it. A std::string with erase() moved every
-// body byte about 1.5 times more at a 256 KiB read-ahead, and append() copied it once: on a
-// box's first save, 8 % of the api's samples were in memmove, on its one I/O thread.
-class Unparsed {
- public:
-  bool empty() const { return begin_ == end_; }
-  size_t size() const { return end_ - begin_; }
-  size_t capacity() const { return cap_; }
-  const char* data() const { return buf_.get() + begin_; }
-  void consume(size_t n) { begin_ += std::min(n, size()); }
-
-  // Adds the first |n| bytes of |read| (|read_cap| bytes long). Into an empty window, |read|
-  // becomes the buffer and gets the old one back, if of the same size, else a new one: a
-  // window grown past the read size shrinks back this way.
-  void add_read(std::unique_ptr<char[]>& read, size_t read_cap, size_t n) {
-    if (!empty()) return append(read.get(), n);
-    std::unique_ptr<char[]> old = std::exchange(buf_, std::move(read));
-    read = cap_ == read_cap ? std::move(old) : std::make_unique_for_overwrite<char[]>(read_cap);
-    cap_ = read_cap;
-    begin_ = 0;
-    end_ = n;
-  }
-
-  void append(const char* p, size_t n) {
-    if (cap_ - end_ < n) {
-      const size_t kept = size();
-      if (kept + n <= cap_) {
-        std::memmove(buf_.get(), data(), kept);
-      } else {
-        const size_t cap = std::max(kept + n, 2 * cap_);
-        auto grown = std::make_unique_for_overwrite<char[]>(cap);
-        if (kept > 0) std::memcpy(grown.get(), data(), kept);
-        buf_ = std::move(grown);
-        cap_ = cap;
-      }
-      begin_ = 0;
-      end_ = kept;
-    }
-    if (n > 0) std::memcpy(buf_.get() + end_, p, n);
-    end_ += n;
-  }
-
-  // The bytes, and the buffer freed.
-  std::string take() {
-    std::string out(data(), size());
-    release();
-    return out;
-  }
-  void release() {
-    buf_.reset();
-    cap_ = begin_ = end_ = 0;
-  }
-
- private:
-  std::unique_ptr<char[]> buf_;
-  size_t cap_ = 0;
-  size_t begin_ = 0;
-  size_t end_ = 0;
-};
 
 bool iequals(std::string_view a, std::string_view b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
@@ -287,8 +224,8 @@ class H1Connection final : public Http1RequestVisitor {
     head_.reset();
     body_.clear();
     // A large body grew raw_ up to the read-ahead; between requests (a keep-alive connection
-    // may idle for a minute) an empty raw_ gives that back.
-    if (raw_.empty() && raw_.capacity() > read_size()) raw_.release();
+    // may idle for a minute) an empty raw_ gives its buffer back (the reader keeps its own).
+    if (raw_.empty()) raw_.release();
     message_complete_ = false;
     for (;;) {
       if (parser_.done()) co_return false;
@@ -490,8 +427,8 @@ class H1Connection final : public Http1RequestVisitor {
   Http1RequestParser parser_;
   std::function<void()> unregister_;
 
-  Unparsed raw_;      // read from the socket, not yet parsed
-  Status in_status_;  // why reading ended (EOF, reset); ok while it goes on
+  internal::Unparsed raw_;  // read from the socket, not yet parsed
+  Status in_status_;        // why reading ended (EOF, reset); ok while it goes on
   bool closed_by_server_ = false;
   net::Signal changed_;  // any change above or below: bytes read or parsed, writes done
   bool reader_running_ = false;

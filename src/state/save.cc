@@ -44,7 +44,8 @@ Status StoreChunkSink::add(const ChunkId& id, std::span<const uint8_t> plaintext
   auto size = store_.stat(key);
   if (size.ok()) return ok_status();
   if (size.status().code() != Code::kNotFound) return size.status();
-  // Sealed here, by the reading thread, straight from its buffer and while the chunk is in its
+  // Sealed here, by the reading thread (or a reading thread with no file of its own that
+  // helps it, Workers::share()), straight from its buffer and while the chunk is in its
   // caches: on a put thread it needed a copy of the plaintext and a switch between threads
   // (docs/benchmarks.md, "state: a save seals where it reads, and publishes off the reading
   // threads").

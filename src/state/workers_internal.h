@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,7 +46,7 @@ class Workers {
   // Runs part(0) ... part(n - 1), each once, on the calling thread and on the workers that
   // have no job to take meanwhile (a queued job goes first); returns once every part that
   // started has returned. After a part failed, the parts not started yet are skipped.
-  // Errors: the first failed part's.
+  // |part| must not throw. Errors: the first failed part's.
   //
   // So that a job much longer than the others, such as the last large file of a save, does
   // not leave the other cores idle while it runs alone.
@@ -55,7 +56,9 @@ class Workers {
     s.n = n;
     std::unique_lock lock(mu_);
     shared_.push_back(&s);
-    if (waiting_ > 0) work_cv_.notify_all();
+    // The caller takes part 0 before it lets go of the lock: at most n - 1 helpers get one.
+    for (size_t woken = 0; woken < std::min(size_t(waiting_), n > 0 ? n - 1 : 0); ++woken)
+      work_cv_.notify_one();
     while (s.next < s.n && s.first_error.ok()) {
       const size_t i = s.next++;
       lock.unlock();
@@ -84,9 +87,9 @@ class Workers {
 
  private:
   void loop() {
-    // One waiter woken per job (notify_one): with 8 put threads on 2 cores, waking every
-    // thread for every chunk cost more CPU in futex and scheduler work than BLAKE2b (perf,
-    // 2026-11-30 18:30).
+    // One waiter woken per job (notify_one), and at most one per part a share() offers: with 8
+    // put threads on 2 cores, waking every thread for every chunk cost more CPU in futex and
+    // scheduler work than BLAKE2b (perf, 2026-11-30 18:30).
     std::unique_lock lock(mu_);
     while (true) {
       ++waiting_;
@@ -149,7 +152,7 @@ class Workers {
   const std::function<Status(Job&)> work_;
   const size_t max_queued_;
   std::mutex mu_;
-  std::condition_variable work_cv_;    // a job queued, or stopping
+  std::condition_variable work_cv_;    // a job queued, a share() begun, or stopping
   std::condition_variable room_cv_;    // room in the queue, or a job failed
   std::condition_variable idle_cv_;    // pending_ fell to 0
   std::condition_variable helped_cv_;  // a Shared's running fell to 0

@@ -1,5 +1,6 @@
 #include "http/http1_client.h"
 #include "http/server.h"
+#include "http/unparsed_internal.h"
 #include "net/signal.h"
 #include "net/tls.h"
 #include "support/run_sync.h"
@@ -8,7 +9,9 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdlib.h>
 #include <string>
 #include <system_error>
@@ -345,6 +348,72 @@ TEST_CASE("Http1Server: pipelined requests are answered in order", "[http][unit]
     CHECK(c < d);
     CHECK(count(text, "connection: close") == 1);
   });
+}
+
+std::unique_ptr<char[]> filled(std::string_view bytes, size_t cap) {
+  auto buf = std::make_unique<char[]>(cap);
+  std::memcpy(buf.get(), bytes.data(), bytes.size());
+  return buf;
+}
+
+std::string window(const internal::Unparsed& u) { return std::string(u.data(), u.size()); }
+
+// The unparsed bytes' buffer, path by path: a read into an empty window swaps buffers (no
+// copy), into a non-empty one it is appended, compacting to the front when the tail lacks room
+// and growing when the whole buffer does; a grown buffer shrinks back at the next swap.
+TEST_CASE("Unparsed: swaps, appends, compacts, grows and shrinks back", "[http][unit]") {
+  internal::Unparsed u;
+  auto read = filled("abcdefgh", 8);
+  const char* first = read.get();
+  u.add_read(read, 8, 5);
+  CHECK(window(u) == "abcde");
+  CHECK(u.data() == first);  // the read's buffer became the window's
+  REQUIRE(read != nullptr);  // and the reader got a new one
+  CHECK(u.capacity() == 8);
+
+  u.consume(5);
+  CHECK(u.empty());
+  std::memcpy(read.get(), "12345678", 8);
+  const char* second = read.get();
+  u.add_read(read, 8, 8);
+  CHECK(window(u) == "12345678");
+  CHECK(u.data() == second);
+  CHECK(read.get() == first);  // the old buffer, of the same size, went back to the reader
+
+  // Not empty: the read is copied in; the tail has no room, so the window moves to the front.
+  u.consume(6);
+  std::memcpy(read.get(), "xyz", 3);
+  u.add_read(read, 8, 3);
+  CHECK(window(u) == "78xyz");
+  CHECK(u.capacity() == 8);
+  CHECK(u.data() == second);   // compacted in place
+  CHECK(read.get() == first);  // the reader keeps its buffer
+
+  // Too much for the whole buffer: it grows, to twice its size at least.
+  u.append("0123456789", 10);
+  CHECK(window(u) == "78xyz0123456789");
+  CHECK(u.capacity() == 16);
+  u.append("", 0);
+  CHECK(window(u) == "78xyz0123456789");
+
+  // Emptied, the next read swaps in; the grown buffer is not handed to the reader.
+  u.consume(100);  // at most size()
+  CHECK(u.empty());
+  std::memcpy(read.get(), "next", 4);
+  u.add_read(read, 8, 4);
+  CHECK(window(u) == "next");
+  CHECK(u.capacity() == 8);
+  CHECK(u.data() == first);
+  REQUIRE(read != nullptr);
+  CHECK(read.get() != first);
+
+  CHECK(u.take() == "next");
+  CHECK(u.empty());
+  CHECK(u.capacity() == 0);
+  u.append("again", 5);  // usable after take()
+  CHECK(window(u) == "again");
+  u.release();
+  CHECK(u.capacity() == 0);
 }
 
 // FNV-1a over |data|, to compare megabytes of body in one line.
