@@ -224,7 +224,8 @@ class H1Connection final : public Http1RequestVisitor {
     head_.reset();
     body_.clear();
     // A large body grew raw_ up to the read-ahead; between requests (a keep-alive connection
-    // may idle for a minute) an empty raw_ gives its buffer back (the reader keeps its own).
+    // may idle for a minute) an empty raw_ gives its buffer back (the reader keeps its own; its
+    // next read then becomes raw_'s buffer, and the reader allocates another).
     if (raw_.empty()) raw_.release();
     message_complete_ = false;
     for (;;) {

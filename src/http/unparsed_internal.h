@@ -16,9 +16,10 @@ namespace cb::http::internal {
 // The window [begin_, end_) of one buffer. Parsing a piece moves begin_, not the bytes after
 // it, and a read that arrives while the window is empty becomes the buffer instead of being
 // copied into it. A read that arrives while the window holds bytes (a handler slower than the
-// socket) is still copied in, after the window moves to the front if the tail lacks room.
-// Before, a std::string erase()d each parsed piece from its front, moving the rest of a
-// 256 KiB read-ahead (about 1.5 more copies of every body byte), and appended every read.
+// socket) is still copied in; when the tail lacks room, the window moves to the front only if
+// it is no longer than the bytes consumed before it, else the buffer grows: each byte moves
+// at most once more. Before, a std::string erase()d each parsed piece from its front, moving
+// the rest of a 256 KiB read-ahead, and appended every read.
 class Unparsed {
  public:
   bool empty() const { return begin_ == end_; }
@@ -41,11 +42,12 @@ class Unparsed {
   }
 
   // Copies |n| bytes at |p| in after the window: into the room at the tail, else after moving
-  // the window to the front, else into a buffer twice as large (or just large enough).
+  // the window to the front (if it fits, and the window is no longer than the bytes before
+  // it), else into a buffer twice as large (or just large enough).
   void append(const char* p, size_t n) {
     if (cap_ - end_ < n) {
       const size_t kept = size();
-      if (kept + n <= cap_) {
+      if (kept + n <= cap_ && kept <= begin_) {
         if (kept > 0) std::memmove(buf_.get(), data(), kept);
       } else {
         const size_t cap = std::max(kept + n, 2 * cap_);

@@ -56,7 +56,8 @@ class ChunkSink {
   virtual ~ChunkSink() = default;
   // One chunk of a file being read; |plaintext| is valid only during the call. An error
   // stops the scan and is returned by scan_tree(). Called on several threads at once when
-  // ScanOptions::read_threads > 1.
+  // ScanOptions::read_threads > 1, then also for chunks of one file, in any order (a thread
+  // with no file of its own takes chunks of another's buffer).
   virtual Status add(const ChunkId& id, std::span<const uint8_t> plaintext) = 0;
 };
 

@@ -1,8 +1,8 @@
 #pragma once
 // Workers<Job>: a fixed set of threads that run one function over queued jobs, with a bounded
 // queue and the first error kept; a job may hand parts of its work to the threads that wait
-// for a job meanwhile (share()). What a save's reading threads (scanner.cc) and sealing
-// threads (save.cc) share. Internal to src/state.
+// for a job meanwhile (share()). What a save's reading threads (scanner.cc) and put threads
+// (save.cc) share. Internal to src/state.
 //
 // Thread-safety: submit(), share() and finish() from any thread; the function runs on the
 // workers.
@@ -59,13 +59,7 @@ class Workers {
     // The caller takes part 0 before it lets go of the lock: at most n - 1 helpers get one.
     for (size_t woken = 0; woken < std::min(size_t(waiting_), n > 0 ? n - 1 : 0); ++woken)
       work_cv_.notify_one();
-    while (s.next < s.n && s.first_error.ok()) {
-      const size_t i = s.next++;
-      lock.unlock();
-      Status st = part(i);
-      lock.lock();
-      if (!st.ok() && s.first_error.ok()) s.first_error = std::move(st);
-    }
+    while (s.next < s.n && s.first_error.ok()) run_part(s, lock);
     std::erase(shared_, &s);
     helped_cv_.wait(lock, [&] { return s.running == 0; });
     return s.first_error;
@@ -138,14 +132,20 @@ class Workers {
     return nullptr;
   }
 
-  // Runs one part of |s| on a worker. REQUIRES: |lock| holds mu_.
-  void help(Shared& s, std::unique_lock<std::mutex>& lock) {
+  // Takes the next part of |s| and runs it without the lock, keeping the first error.
+  // REQUIRES: |lock| holds mu_, and a part is left; holds it again on return.
+  void run_part(Shared& s, std::unique_lock<std::mutex>& lock) {
     const size_t i = s.next++;
-    ++s.running;
     lock.unlock();
     Status st = (*s.part)(i);
     lock.lock();
     if (!st.ok() && s.first_error.ok()) s.first_error = std::move(st);
+  }
+
+  // Runs one part of |s| on a worker. REQUIRES: |lock| holds mu_.
+  void help(Shared& s, std::unique_lock<std::mutex>& lock) {
+    ++s.running;
+    run_part(s, lock);
     if (--s.running == 0) helped_cv_.notify_all();
   }
 

@@ -414,6 +414,15 @@ TEST_CASE("Unparsed: swaps, appends, compacts, grows and shrinks back", "[http][
   CHECK(window(u) == "again");
   u.release();
   CHECK(u.capacity() == 0);
+
+  // A window longer than the bytes consumed before it is not moved (each byte moves at most
+  // once more): the buffer grows instead, though the bytes would fit after a move.
+  u.append("abcdefgh", 8);
+  CHECK(u.capacity() == 8);
+  u.consume(2);
+  u.append("ij", 2);
+  CHECK(window(u) == "cdefghij");
+  CHECK(u.capacity() == 16);
 }
 
 // FNV-1a over |data|, to compare megabytes of body in one line.
@@ -435,8 +444,9 @@ std::string pattern(size_t size, uint64_t seed) {
 }
 
 // Large bodies and the requests pipelined behind them, written in uneven pieces while a slow
-// handler lets the read-ahead fill: the server's buffer of unparsed bytes is appended to,
-// compacted, grown, and swapped for a read, and every body arrives byte for byte.
+// handler lets the read-ahead fill (so that, as the reads fall, the server's unparsed bytes
+// are appended to, compacted, grown and swapped; the test above drives each path for sure):
+// every body arrives byte for byte.
 TEST_CASE("Http1Server: large pipelined bodies arrive whole through a slow handler",
           "[http][unit]") {
   Router router;
