@@ -138,33 +138,17 @@ asio::awaitable<Status> Http1Client::write_view(std::string_view data, net::Dead
 
 asio::awaitable<Status> Http1Client::pump(net::Deadline deadline) {
   if (broken_ || stream_ == nullptr) co_return failed_precondition("connection is closed");
-  if (raw_begin_ < raw_end_) {
-    auto used = parser_.feed(std::span<const char>(raw_.get() + raw_begin_, raw_end_ - raw_begin_));
+  if (!raw_.empty()) {
+    auto used = parser_.feed(std::span<const char>(raw_.data(), raw_.size()));
     if (!used.ok()) co_return fail(used.status());
-    raw_begin_ += *used;
-    if (raw_begin_ == raw_end_) raw_begin_ = raw_end_ = 0;
+    raw_.consume(*used);
     if (*used > 0) co_return ok_status();
   }
   if (eof_) co_return fail(unavailable("connection closed by the server"));
-  // Room for read_size_ bytes after the unparsed ones: they move to the front, or to a larger
-  // buffer. The read goes straight into raw_, which is never zeroed.
-  const size_t pending = raw_end_ - raw_begin_;
-  if (raw_cap_ - raw_end_ < read_size_) {
-    if (raw_cap_ < pending + read_size_) {
-      auto larger = std::make_unique_for_overwrite<char[]>(pending + read_size_);
-      if (pending > 0) std::memcpy(larger.get(), raw_.get() + raw_begin_, pending);
-      raw_ = std::move(larger);
-      raw_cap_ = pending + read_size_;
-    } else if (pending > 0) {
-      std::memmove(raw_.get(), raw_.get() + raw_begin_, pending);
-    }
-    raw_begin_ = 0;
-    raw_end_ = pending;
-  }
-  auto n = co_await net::with_deadline(
-      stream_->read_some(std::span<char>(raw_.get() + raw_end_, raw_cap_ - raw_end_)), deadline,
-      "http1 read");
-  if (n.ok()) raw_end_ += *n;
+  // The read goes straight into raw_, after the unparsed bytes.
+  auto n = co_await net::with_deadline(stream_->read_some(raw_.prepare(read_size_)), deadline,
+                                       "http1 read");
+  if (n.ok()) raw_.commit(*n);
   if (!n.ok()) {
     if (n.status().code() != Code::kUnavailable) co_return fail(n.status());
     // The server closed: this completes a body delimited by the close, or is an error.
@@ -222,10 +206,7 @@ asio::awaitable<Status> Http1Client::send_head(std::string method, std::string t
   body_ = std::string();  // not clear(): a failed request may have left a large reservation
   // A large response grew the read buffer; an idle kept connection gives that back. No read
   // is under way here: the previous exchange is finished.
-  if (raw_begin_ == raw_end_ && raw_cap_ > kReadSize) {
-    raw_.reset();
-    raw_cap_ = raw_begin_ = raw_end_ = 0;
-  }
+  if (raw_.empty() && raw_.capacity() > kReadSize) raw_.release();
   message_complete_ = false;
   trailers_.clear();
   interim_ = false;
@@ -413,8 +394,7 @@ asio::awaitable<Result<Http1Upgraded>> Http1Client::upgrade(std::string target, 
   }
   Http1Upgraded up;
   up.response = std::move(*head);
-  up.leftover.assign(raw_.get() + raw_begin_, raw_end_ - raw_begin_);
-  raw_begin_ = raw_end_ = 0;
+  up.leftover = raw_.take();
   up.stream = std::move(stream_);
   response_expected_ = false;
   broken_ = true;

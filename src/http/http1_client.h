@@ -27,6 +27,7 @@
 #include "base/result.h"
 #include "http/headers.h"
 #include "http/http1_codec.h"
+#include "http/unparsed.h"
 #include "net/asio.h"
 #include "net/stream.h"
 #include "net/tls.h"
@@ -147,11 +148,7 @@ class Http1Client final : private Http1ResponseVisitor {
   std::unique_ptr<net::Stream> stream_;
   std::string authority_;
   Http1ResponseParser parser_;
-  // Read, not yet parsed: raw_[raw_begin_, raw_end_) of raw_cap_ bytes allocated.
-  std::unique_ptr<char[]> raw_;
-  size_t raw_cap_ = 0;
-  size_t raw_begin_ = 0;
-  size_t raw_end_ = 0;
+  Unparsed raw_;      // read, not yet parsed
   size_t read_size_;  // room a read gets at least: kReadSize, more within request()
   bool eof_ = false;
   bool broken_ = false;   // failed or closed: nothing more on this connection

@@ -19,7 +19,7 @@
 #include "base/log.h"
 #include "http/http1_codec.h"
 #include "http/server.h"
-#include "http/unparsed_internal.h"
+#include "http/unparsed.h"
 #include "net/signal.h"
 
 #include <fmt/format.h>
@@ -428,8 +428,8 @@ class H1Connection final : public Http1RequestVisitor {
   Http1RequestParser parser_;
   std::function<void()> unregister_;
 
-  internal::Unparsed raw_;  // read from the socket, not yet parsed
-  Status in_status_;        // why reading ended (EOF, reset); ok while it goes on
+  Unparsed raw_;      // read from the socket, not yet parsed
+  Status in_status_;  // why reading ended (EOF, reset); ok while it goes on
   bool closed_by_server_ = false;
   net::Signal changed_;  // any change above or below: bytes read or parsed, writes done
   bool reader_running_ = false;

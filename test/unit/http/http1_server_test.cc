@@ -1,6 +1,6 @@
 #include "http/http1_client.h"
 #include "http/server.h"
-#include "http/unparsed_internal.h"
+#include "http/unparsed.h"
 #include "net/signal.h"
 #include "net/tls.h"
 #include "support/run_sync.h"
@@ -356,13 +356,13 @@ std::unique_ptr<char[]> filled(std::string_view bytes, size_t cap) {
   return buf;
 }
 
-std::string window(const internal::Unparsed& u) { return std::string(u.data(), u.size()); }
+std::string window(const Unparsed& u) { return std::string(u.data(), u.size()); }
 
 // The unparsed bytes' buffer, path by path: a read into an empty window swaps buffers (no
 // copy), into a non-empty one it is appended, compacting to the front when the tail lacks room
 // and growing when the whole buffer does; a grown buffer shrinks back at the next swap.
 TEST_CASE("Unparsed: swaps, appends, compacts, grows and shrinks back", "[http][unit]") {
-  internal::Unparsed u;
+  Unparsed u;
   auto read = filled("abcdefgh", 8);
   const char* first = read.get();
   u.add_read(read, 8, 5);
@@ -423,6 +423,14 @@ TEST_CASE("Unparsed: swaps, appends, compacts, grows and shrinks back", "[http][
   u.append("ij", 2);
   CHECK(window(u) == "cdefghij");
   CHECK(u.capacity() == 16);
+
+  // A read straight into the buffer (the client's way): room after the window, then commit.
+  u.consume(6);
+  std::span<char> room = u.prepare(12);
+  REQUIRE(room.size() >= 12);
+  std::memcpy(room.data(), "klmnopqrstuv", 12);
+  u.commit(12);
+  CHECK(window(u) == "ijklmnopqrstuv");
 }
 
 // FNV-1a over |data|, to compare megabytes of body in one line.

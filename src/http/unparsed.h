@@ -1,6 +1,6 @@
 #pragma once
-// Unparsed: the bytes an HTTP/1.1 connection read and has not parsed yet (http1_server.cc).
-// Internal to src/http; its own header so that its tests drive each path directly.
+// Unparsed: the bytes an HTTP/1.1 connection read and has not parsed yet (http1_server.cc,
+// http1_client.cc), each path tested on its own in test/unit/http/http1_server_test.cc.
 //
 // Thread-safety: none; one connection's executor.
 
@@ -8,10 +8,11 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
-namespace cb::http::internal {
+namespace cb::http {
 
 // The window [begin_, end_) of one buffer. Parsing a piece moves begin_, not the bytes after
 // it, and a read that arrives while the window is empty becomes the buffer instead of being
@@ -41,27 +42,21 @@ class Unparsed {
     end_ = n;
   }
 
-  // Copies |n| bytes at |p| in after the window: into the room at the tail, else after moving
-  // the window to the front (if it fits, and the window is no longer than the bytes before
-  // it), else into a buffer twice as large (or just large enough).
+  // Copies |n| bytes at |p| in after the window (room as prepare() makes it).
   void append(const char* p, size_t n) {
-    if (cap_ - end_ < n) {
-      const size_t kept = size();
-      if (kept + n <= cap_ && kept <= begin_) {
-        if (kept > 0) std::memmove(buf_.get(), data(), kept);
-      } else {
-        const size_t cap = std::max(kept + n, 2 * cap_);
-        auto grown = std::make_unique_for_overwrite<char[]>(cap);
-        if (kept > 0) std::memcpy(grown.get(), data(), kept);
-        buf_ = std::move(grown);
-        cap_ = cap;
-      }
-      begin_ = 0;
-      end_ = kept;
-    }
+    make_room(n);
     if (n > 0) std::memcpy(buf_.get() + end_, p, n);
     end_ += n;
   }
+
+  // At least |n| bytes of room after the window, for a read straight into the buffer; the
+  // bytes it wrote join the window with commit(). The room is never zeroed.
+  std::span<char> prepare(size_t n) {
+    make_room(n);
+    return std::span<char>(buf_.get() + end_, cap_ - end_);
+  }
+  // REQUIRES: n <= the room prepare() gave, and nothing changed the window since.
+  void commit(size_t n) { end_ += n; }
 
   // The bytes; the buffer is freed.
   std::string take() {
@@ -77,10 +72,30 @@ class Unparsed {
   }
 
  private:
+  // Room for |n| bytes at the tail: there already, else after moving the window to the front
+  // (if it then fits, and the window is no longer than the bytes before it), else in a buffer
+  // twice as large (or just large enough).
+  void make_room(size_t n) {
+    if (cap_ - end_ < n) {
+      const size_t kept = size();
+      if (kept + n <= cap_ && kept <= begin_) {
+        if (kept > 0) std::memmove(buf_.get(), data(), kept);
+      } else {
+        const size_t cap = std::max(kept + n, 2 * cap_);
+        auto grown = std::make_unique_for_overwrite<char[]>(cap);
+        if (kept > 0) std::memcpy(grown.get(), data(), kept);
+        buf_ = std::move(grown);
+        cap_ = cap;
+      }
+      begin_ = 0;
+      end_ = kept;
+    }
+  }
+
   std::unique_ptr<char[]> buf_;
   size_t cap_ = 0;
   size_t begin_ = 0;
   size_t end_ = 0;
 };
 
-}  // namespace cb::http::internal
+}  // namespace cb::http
